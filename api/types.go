@@ -1,0 +1,161 @@
+// Package api holds the public wire types of berth's HTTP API, shared by the
+// server and the Go client. openapi.yaml beside this file describes the same
+// contract; a server test checks that the two agree.
+package api
+
+import "time"
+
+// Version is the API version prefix of every route.
+const Version = "v1"
+
+// Sandbox states.
+const (
+	StateCreating = "creating"
+	StateRunning  = "running"
+	StateDeleting = "deleting"
+	StateError    = "error"
+)
+
+// Limits are a sandbox's resource ceilings. Zero means the daemon default.
+type Limits struct {
+	// CPUs is the CPU quota in cores (0.5 = half a core).
+	CPUs float64 `json:"cpus,omitempty"`
+	// MemoryBytes is the memory ceiling, swap included.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// Pids is the maximum number of tasks (processes and threads).
+	Pids int64 `json:"pids,omitempty"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	// Image is the root filesystem; "host" (the default) is a read-only view of
+	// the host's system directories with a private writable layer.
+	Image string `json:"image,omitempty"`
+	// Runtime picks the isolation tier; empty means the daemon default.
+	Runtime string            `json:"runtime,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// Workdir is the default working directory of execs (default /home/user).
+	Workdir string `json:"workdir,omitempty"`
+	// User is the default user of execs: a name or uid[:gid] inside the sandbox (default "user").
+	User   string            `json:"user,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Limits Limits            `json:"limits,omitzero"`
+}
+
+// Sandbox is the public view of a sandbox.
+type Sandbox struct {
+	ID        string            `json:"id"`
+	State     string            `json:"state"`
+	Image     string            `json:"image"`
+	Runtime   string            `json:"runtime"`
+	Env       map[string]string `json:"env,omitempty"`
+	Workdir   string            `json:"workdir"`
+	User      string            `json:"user"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Limits    Limits            `json:"limits"`
+	CreatedAt time.Time         `json:"created_at"`
+	// Error says why a sandbox is in the error state.
+	Error string `json:"error,omitempty"`
+}
+
+// ListSandboxesResponse is the body of GET /v1/sandboxes.
+type ListSandboxesResponse struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// ExecRequest starts a process in a sandbox: POST /v1/sandboxes/{id}/exec
+// (wait for the result, or stream with ?stream=true) and
+// POST /v1/sandboxes/{id}/processes (start in the background).
+type ExecRequest struct {
+	// Cmd is the argv; exactly one of Cmd and Shell is set.
+	Cmd []string `json:"cmd,omitempty"`
+	// Shell is a command line run by /bin/sh -c.
+	Shell string            `json:"shell,omitempty"`
+	Env   map[string]string `json:"env,omitempty"`
+	Cwd   string            `json:"cwd,omitempty"`
+	User  string            `json:"user,omitempty"`
+	// Stdin is written to the process's standard input, which is then closed.
+	Stdin []byte `json:"stdin,omitempty"`
+	// TimeoutMs kills the whole process group after this many milliseconds (0: none).
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// MaxOutputBytes bounds each of stdout and stderr as kept and sent; output
+	// past it is dropped and the result says truncated (0: the default, 4 MiB).
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+}
+
+// ExecResult says how a process ended. Output is raw bytes (base64 in JSON).
+type ExecResult struct {
+	Pid int `json:"pid"`
+	// ExitCode is the exit status, or 128+signal when a signal ended the process.
+	ExitCode int `json:"exit_code"`
+	// Signal is the number of the signal that ended the process, or 0.
+	Signal          int    `json:"signal,omitempty"`
+	TimedOut        bool   `json:"timed_out"`
+	OOMKilled       bool   `json:"oom_killed"`
+	Stdout          []byte `json:"stdout"`
+	Stderr          []byte `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	DurationMs      int64  `json:"duration_ms"`
+	// Error explains an exec that could not start (exit code 126 or 127).
+	Error string `json:"error,omitempty"`
+}
+
+// Exec stream event types (NDJSON lines of a streaming exec or process output).
+const (
+	EventStart  = "start"
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventExit   = "exit"
+	EventError  = "error"
+)
+
+// ExecEvent is one line of a streamed exec: start (with Pid), stdout and stderr
+// chunks (Data), then exactly one exit (with Result) or error.
+type ExecEvent struct {
+	Type   string      `json:"type"`
+	Pid    int         `json:"pid,omitempty"`
+	Data   []byte      `json:"data,omitempty"`
+	Result *ExecResult `json:"result,omitempty"`
+	Error  *Error      `json:"error,omitempty"`
+}
+
+// Process is a process started in a sandbox through the API.
+type Process struct {
+	Pid       int       `json:"pid"`
+	Cmd       []string  `json:"cmd"`
+	Running   bool      `json:"running"`
+	StartedAt time.Time `json:"started_at"`
+	// Result is set once the process has exited.
+	Result *ExecResult `json:"result,omitempty"`
+}
+
+// ListProcessesResponse is the body of GET /v1/sandboxes/{id}/processes.
+type ListProcessesResponse struct {
+	Processes []Process `json:"processes"`
+}
+
+// SignalRequest is the body of POST /v1/sandboxes/{id}/processes/{pid}/signal.
+type SignalRequest struct {
+	// Signal is a name ("TERM", "SIGKILL") or a number ("9").
+	Signal string `json:"signal"`
+}
+
+// Error is the body of every error response.
+type Error struct {
+	// Class is one of errdefs' classes: not_found, invalid_argument, conflict, ...
+	Class   string `json:"class"`
+	Message string `json:"message"`
+}
+
+// ErrorResponse wraps Error as the top-level body.
+type ErrorResponse struct {
+	Error Error `json:"error"`
+}
+
+// VersionResponse is the body of GET /v1/version.
+type VersionResponse struct {
+	Version  string   `json:"version"`
+	API      string   `json:"api"`
+	Runtimes []string `json:"runtimes"`
+}

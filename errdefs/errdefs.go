@@ -1,0 +1,138 @@
+// Package errdefs is berth's one vocabulary of error classes: deep code wraps a
+// class with %w, the HTTP edge maps a class to a status code, and the Go client
+// maps the status back, so IsNotFound works on both sides of the wire.
+package errdefs
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Class names a kind of failure. Its string is the "class" field of API errors.
+type Class string
+
+// The classes. Add one only when a caller would act differently on it.
+const (
+	NotFound          Class = "not_found"
+	AlreadyExists     Class = "already_exists"
+	InvalidArgument   Class = "invalid_argument"
+	Conflict          Class = "conflict"
+	ResourceExhausted Class = "resource_exhausted"
+	PermissionDenied  Class = "permission_denied"
+	Unauthenticated   Class = "unauthenticated"
+	Unavailable       Class = "unavailable"
+	DeadlineExceeded  Class = "deadline_exceeded"
+	NotImplemented    Class = "not_implemented"
+	Internal          Class = "internal"
+)
+
+// Error returns the class itself as an error, so errors.Is(err, errdefs.NotFound) works.
+func (c Class) Error() string { return string(c) }
+
+// classed is an error with a class and a message meant for API users.
+type classed struct {
+	class Class
+	msg   string
+	err   error // optional cause, for the log; not shown to users
+}
+
+func (e *classed) Error() string {
+	if e.err != nil {
+		return e.msg + ": " + e.err.Error()
+	}
+	return e.msg
+}
+
+func (e *classed) Unwrap() []error {
+	if e.err != nil {
+		return []error{e.class, e.err}
+	}
+	return []error{e.class}
+}
+
+// New returns an error of class c with a message for the user.
+func New(c Class, format string, args ...any) error {
+	return &classed{class: c, msg: fmt.Sprintf(format, args...)}
+}
+
+// Wrap classifies err as c and prefixes it with a message for the user.
+func Wrap(c Class, err error, format string, args ...any) error {
+	return &classed{class: c, msg: fmt.Sprintf(format, args...), err: err}
+}
+
+// ClassOf returns the first class found in err's chain, or Internal.
+func ClassOf(err error) Class {
+	if err == nil {
+		return ""
+	}
+	var c Class
+	if errors.As(err, &c) {
+		return c
+	}
+	return Internal
+}
+
+// Message returns the message safe to show an API user: the classed message
+// for classified errors, a generic text for internal ones.
+func Message(err error) string {
+	var ce *classed
+	if errors.As(err, &ce) && ce.class != Internal {
+		if ce.err != nil && errors.As(ce.err, new(Class)) {
+			// A wrapped classified cause carries user-facing text too.
+			return ce.msg + ": " + Message(ce.err)
+		}
+		return ce.msg
+	}
+	if c := ClassOf(err); c != Internal && c != "" {
+		return err.Error()
+	}
+	return "internal error"
+}
+
+// Is helpers.
+func IsNotFound(err error) bool        { return errors.Is(err, NotFound) }
+func IsAlreadyExists(err error) bool   { return errors.Is(err, AlreadyExists) }
+func IsInvalidArgument(err error) bool { return errors.Is(err, InvalidArgument) }
+func IsConflict(err error) bool        { return errors.Is(err, Conflict) }
+func IsResourceExhausted(err error) bool {
+	return errors.Is(err, ResourceExhausted)
+}
+func IsUnavailable(err error) bool { return errors.Is(err, Unavailable) }
+
+// HTTPStatus maps a class to the status code used at the API edge.
+func HTTPStatus(c Class) int {
+	switch c {
+	case NotFound:
+		return http.StatusNotFound
+	case AlreadyExists, Conflict:
+		return http.StatusConflict
+	case InvalidArgument:
+		return http.StatusBadRequest
+	case ResourceExhausted:
+		return http.StatusTooManyRequests
+	case PermissionDenied:
+		return http.StatusForbidden
+	case Unauthenticated:
+		return http.StatusUnauthorized
+	case Unavailable:
+		return http.StatusServiceUnavailable
+	case DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case NotImplemented:
+		return http.StatusNotImplemented
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// Known reports whether s names a class; text from untrusted peers (the guest,
+// a remote daemon) is checked with it before it is believed.
+func Known(s string) bool {
+	switch Class(s) {
+	case NotFound, AlreadyExists, InvalidArgument, Conflict, ResourceExhausted,
+		PermissionDenied, Unauthenticated, Unavailable, DeadlineExceeded, NotImplemented, Internal:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,3 @@
+module github.com/berthsh/berth
+
+go 1.26.8
