@@ -122,20 +122,21 @@ type Error struct {
 }
 
 // InitConfig is what the native runtime hands the guest on its config pipe
-// (file descriptor 3) before the guest builds the sandbox's root. File
-// descriptor numbers refer to files the runtime passed to the guest.
+// (file descriptor 3) before the guest builds the sandbox's root. Paths are host
+// paths, opened by the guest inside its new namespaces before it pivots (overlay
+// refuses layers whose mounts belong to another mount namespace).
 type InitConfig struct {
 	ID       string `json:"id"`
 	Hostname string `json:"hostname"`
 	Token    string `json:"token"`
-	// ImageFD is an O_PATH descriptor of the read-only image directory (overlay lower).
-	ImageFD int `json:"image_fd"`
-	// UpperFD and WorkFD are O_PATH descriptors of the overlay upper and work directories.
-	UpperFD int `json:"upper_fd"`
-	WorkFD  int `json:"work_fd"`
-	// ControlDirFD is an O_PATH descriptor of the host directory where the guest
-	// binds its control socket (named ControlSocketName) before it pivots.
-	ControlDirFD int `json:"control_dir_fd"`
+	// ImageDir is the read-only image directory (overlay lower layer).
+	ImageDir string `json:"image_dir"`
+	// UpperDir and WorkDir are the overlay upper and work directories.
+	UpperDir string `json:"upper_dir"`
+	WorkDir  string `json:"work_dir"`
+	// ControlDir is the host directory where the guest binds its control socket
+	// (named ControlSocketName) before it pivots; it is not reachable from inside.
+	ControlDir string `json:"control_dir"`
 	// ReadOnlyBinds are host directories bound read-only at the same path inside.
 	ReadOnlyBinds []string `json:"read_only_binds"`
 	// Seccomp installs berth's seccomp profile when true.

@@ -2,7 +2,11 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -17,4 +21,62 @@ func RequireRoot(t testing.TB) {
 		t.Fatal("this test needs root, and CI=true turns the skip into a failure")
 	}
 	t.Skip("needs root")
+}
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// Berth returns the path of a berth binary for tests that start sandboxes or
+// daemons: $BERTH_BINARY when set (make test builds it), else one built once
+// per test process. Its directory is world-traversable because a sandbox's
+// init runs as an unprivileged host uid.
+func Berth(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv("BERTH_BINARY"); p != "" {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return abs
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "berth-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		os.Chmod(dir, 0o755)
+		buildPath = filepath.Join(dir, "berth")
+		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/berthsh/berth/cmd/berth")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// StateDir returns a fresh state directory whose parents a sandbox's init can
+// traverse (t.TempDir's parents are 0700), removed at the end of the test.
+func StateDir(tb testing.TB) string {
+	tb.Helper()
+	base := filepath.Join(os.TempDir(), "berth-test")
+	if err := os.MkdirAll(base, 0o711); err != nil {
+		tb.Fatal(err)
+	}
+	os.Chmod(base, 0o711)
+	dir, err := os.MkdirTemp(base, "state-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	os.Chmod(dir, 0o711)
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }

@@ -1,0 +1,86 @@
+// Command berth is the berth daemon (`berth serve`), its CLI, and the guest
+// agent that runs as every sandbox's init (`berth guest`, hidden).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthsh/berth/cli"
+	"github.com/berthsh/berth/daemon"
+	"github.com/berthsh/berth/guest"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "berth",
+		Short:         "berth gives every AI agent its own disposable, isolated computer",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serveCommand(), guestCommand())
+	cli.AddCommands(root)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := root.ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		var exit *cli.ExitError
+		if errors.As(err, &exit) {
+			os.Exit(exit.Code)
+		}
+		fmt.Fprintln(os.Stderr, "berth:", err)
+		os.Exit(1)
+	}
+}
+
+func serveCommand() *cobra.Command {
+	var cfg daemon.Config
+	var debug bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the berth daemon",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			level := slog.LevelInfo
+			if debug {
+				level = slog.LevelDebug
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			d, err := daemon.New(cmd.Context(), cfg, log)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return d.Serve(cmd.Context(), func() { log.Info("berth ready", "listen", cfg.Listen, "state_dir", cfg.StateDir) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7680", "TCP address of the API (empty: unix socket only)")
+	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/berth", "directory of the store, the API socket and sandbox state")
+	f.StringVar(&cfg.DefaultRuntime, "runtime", "native", "default runtime")
+	f.Int64Var(&cfg.DefaultLimits.Pids, "default-pids", 4096, "pids limit of sandboxes that set none (0: none)")
+	f.BoolVar(&cfg.Native.NoSeccomp, "no-seccomp", false, "do not install the seccomp profile in sandboxes (debugging only)")
+	f.BoolVar(&debug, "debug", false, "log at debug level")
+	return cmd
+}
+
+func guestCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    "guest",
+		Short:  "Run as a sandbox's init (started by the daemon, not by hand)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			return guest.Main(context.Background(), log)
+		},
+	}
+}

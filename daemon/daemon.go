@@ -1,0 +1,181 @@
+// Package daemon assembles berth's subsystems (store, runtimes, sandbox
+// manager, HTTP server) into one value and runs it until its context ends.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/runtime/native"
+	"github.com/berthsh/berth/sandbox"
+	"github.com/berthsh/berth/server"
+	"github.com/berthsh/berth/store"
+)
+
+// Config is the daemon's typed configuration.
+type Config struct {
+	// Listen is the TCP address of the API (empty: unix socket only).
+	Listen string
+	// StateDir holds the store, the unix socket and every runtime's state.
+	StateDir string
+	// GuestBinary is the berth binary run as each sandbox's init (default: this executable).
+	GuestBinary string
+	// DefaultRuntime is the runtime used when a request names none.
+	DefaultRuntime string
+	// DefaultLimits apply where a create request leaves a limit at zero.
+	DefaultLimits api.Limits
+	// Native tunes the native runtime.
+	Native native.Options
+}
+
+// SocketName is the API's unix socket in the state dir.
+const SocketName = "berth.sock"
+
+// Daemon is every subsystem of a running berth, by name.
+type Daemon struct {
+	cfg      Config
+	log      *slog.Logger
+	Store    *store.Store
+	Runtimes map[string]runtime.Runtime
+	Manager  *sandbox.Manager
+	Server   *server.Server
+	closers  []func() error
+}
+
+// New builds the daemon: it opens the store, starts every runtime that can
+// work on this host (saying why the others cannot), and re-attaches sandboxes.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err error) {
+	if cfg.StateDir == "" {
+		return nil, errors.New("no state dir")
+	}
+	if cfg.DefaultRuntime == "" {
+		cfg.DefaultRuntime = native.Name
+	}
+	if cfg.GuestBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable: %w", err)
+		}
+		cfg.GuestBinary = exe
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	d := &Daemon{cfg: cfg, log: log, Runtimes: map[string]runtime.Runtime{}}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	st, err := store.Open(ctx, filepath.Join(cfg.StateDir, "berth.db"))
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	d.Store = st
+	d.closers = append(d.closers, st.Close)
+
+	var reg runtime.Registry
+	reg.Register(native.Name, native.Factory(cfg.Native))
+	for _, name := range reg.Names() {
+		f, _ := reg.Factory(name)
+		rt, err := f(runtime.Config{
+			StateDir:    filepath.Join(cfg.StateDir, "runtimes", name),
+			GuestBinary: cfg.GuestBinary,
+			Log:         log.With("runtime", name),
+		})
+		if err != nil {
+			log.Warn("runtime unavailable", "runtime", name, "why", err)
+			continue
+		}
+		d.Runtimes[name] = rt
+		if c, ok := rt.(interface{ Close() error }); ok {
+			d.closers = append(d.closers, c.Close)
+		}
+	}
+	if _, ok := d.Runtimes[cfg.DefaultRuntime]; !ok {
+		return nil, fmt.Errorf("default runtime %q cannot run on this host (see the log above)", cfg.DefaultRuntime)
+	}
+	m, err := sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, DefaultLimits: cfg.DefaultLimits}, st, d.Runtimes, log)
+	if err != nil {
+		return nil, err
+	}
+	d.Manager = m
+	d.closers = append(d.closers, func() error { m.Close(); return nil })
+	if err := m.Start(ctx); err != nil {
+		return nil, err
+	}
+	d.Server = server.New(m, log)
+	return d, nil
+}
+
+// Close releases the daemon's resources in reverse order. Sandboxes keep running.
+func (d *Daemon) Close() error {
+	var errs []error
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		errs = append(errs, d.closers[i]())
+	}
+	d.closers = nil
+	return errors.Join(errs...)
+}
+
+// Serve serves the API on the configured TCP address and on the unix socket
+// until ctx ends, then shuts the listeners down gracefully.
+func (d *Daemon) Serve(ctx context.Context, ready func()) error {
+	var listeners []net.Listener
+	sock := filepath.Join(d.cfg.StateDir, SocketName)
+	os.Remove(sock)
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", sock, err)
+	}
+	os.Chmod(sock, 0o600)
+	listeners = append(listeners, ul)
+	if d.cfg.Listen != "" {
+		tl, err := net.Listen("tcp", d.cfg.Listen)
+		if err != nil {
+			ul.Close()
+			return fmt.Errorf("listen on %s: %w", d.cfg.Listen, err)
+		}
+		listeners = append(listeners, tl)
+	}
+	srv := &http.Server{Handler: d.Server, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, len(listeners))
+	for _, l := range listeners {
+		d.log.Info("serving", "addr", l.Addr().String())
+		go func() { errc <- srv.Serve(l) }()
+	}
+	if ready != nil {
+		ready()
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	for range len(listeners) - boolInt(serveErr != nil) {
+		<-errc
+	}
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

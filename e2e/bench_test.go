@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/berthsh/berth/api"
+)
+
+// reportPercentiles reports p50 and p99 of samples in milliseconds.
+func reportPercentiles(b *testing.B, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	slices.Sort(samples)
+	pct := func(p float64) float64 {
+		i := int(p * float64(len(samples)-1))
+		return float64(samples[i].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(samples[0].Microseconds())/1000, "min-ms")
+}
+
+// BenchmarkCreateExec measures create → first exec output through the
+// public API (HTTP on loopback, Go client), one sandbox at a time. Deletes
+// happen outside the timed region.
+func BenchmarkCreateExec(b *testing.B) {
+	d := startDaemon(b, "")
+	ctx := context.Background()
+	var samples []time.Duration
+	var ids []string
+	b.ResetTimer()
+	for b.Loop() {
+		start := time.Now()
+		sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "hi"}})
+		if err != nil || string(r.Stdout) != "hi\n" {
+			b.Fatalf("exec: %+v %v", r, err)
+		}
+		samples = append(samples, time.Since(start))
+		ids = append(ids, sb.ID)
+		if len(ids) == 20 {
+			b.StopTimer()
+			for _, id := range ids {
+				d.client.DeleteSandbox(ctx, id)
+			}
+			ids = ids[:0]
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	for _, id := range ids {
+		d.client.DeleteSandbox(ctx, id)
+	}
+	reportPercentiles(b, samples)
+}
+
+// BenchmarkExecRoundTrip measures exec of /bin/true in a running sandbox
+// through the public API, result included.
+func BenchmarkExecRoundTrip(b *testing.B) {
+	d := startDaemon(b, "")
+	ctx := context.Background()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 10 { // warm the connections
+		d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}})
+	}
+	var samples []time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		start := time.Now()
+		r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"/bin/true"}})
+		if err != nil || r.ExitCode != 0 {
+			b.Fatalf("exec: %+v %v", r, err)
+		}
+		samples = append(samples, time.Since(start))
+	}
+	b.StopTimer()
+	reportPercentiles(b, samples)
+}

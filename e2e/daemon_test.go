@@ -1,0 +1,168 @@
+// Package e2e tests berth from the outside: a real `berth serve` process on
+// a private state dir, driven by the Go client and the CLI binary.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berthsh/berth/client"
+	"github.com/berthsh/berth/internal/testutil"
+)
+
+// daemon is a running `berth serve`.
+type daemon struct {
+	t      testing.TB
+	bin    string
+	state  string
+	listen string
+	url    string
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	client *client.Client
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startDaemon starts berth serve on a fresh state dir (or state, if given)
+// and waits until it answers. It is killed at the end of the test.
+func startDaemon(t testing.TB, state string) *daemon {
+	t.Helper()
+	testutil.RequireRoot(t)
+	if state == "" {
+		state = testutil.StateDir(t)
+	}
+	d := &daemon{t: t, bin: testutil.Berth(t), state: state, listen: freeAddr(t)}
+	d.url = "http://" + d.listen
+	d.start()
+	t.Cleanup(func() {
+		// Remove what the test left, then stop the daemon.
+		if d.cmd != nil && d.cmd.ProcessState == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if list, err := d.client.ListSandboxes(ctx, nil); err == nil {
+				for _, sb := range list {
+					d.client.DeleteSandbox(ctx, sb.ID)
+				}
+			}
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			d.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.log.String())
+		}
+	})
+	return d
+}
+
+func (d *daemon) start() {
+	t := d.t
+	t.Helper()
+	d.log = &syncBuffer{}
+	d.cmd = exec.Command(d.bin, "serve", "--state-dir", d.state, "--listen", d.listen)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.client = c
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Health(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon did not become ready: %v\n%s", err, d.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill9 kills the daemon the hard way; sandboxes must survive it.
+func (d *daemon) kill9() {
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	d.cmd.Wait()
+}
+
+// cli runs the berth CLI against the daemon and returns stdout, stderr and the exit code.
+func (d *daemon) cli(stdin string, args ...string) (string, string, int) {
+	d.t.Helper()
+	cmd := exec.Command(d.bin, append([]string{"--url", d.url}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		d.t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// traces lists what sandbox id left on the host.
+func (d *daemon) traces(id string) []string {
+	var out []string
+	if _, err := os.Lstat(filepath.Join(d.state, "runtimes", "native", "sandboxes", id)); err == nil {
+		out = append(out, "sandbox directory")
+	}
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/berth/" + id)
+	out = append(out, dirs...)
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/berth/" + id); len(dirs) > 0 {
+		out = append(out, dirs...)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), "/berth/"+id) {
+			out = append(out, "process "+p)
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(b), id) {
+		out = append(out, "mount")
+	}
+	return out
+}
+
+func (d *daemon) String() string { return fmt.Sprintf("daemon(%s)", d.url) }

@@ -1,0 +1,558 @@
+// Package native is berth's embedded runtime: each sandbox is the berth guest
+// running as PID 1 of new user, mount, PID, network, IPC, UTS and cgroup
+// namespaces, in its own cgroup, on an overlay root it builds and pivots into.
+package native
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/cgroup"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/runtime"
+)
+
+// Name is the runtime's registered name.
+const Name = "native"
+
+// Default user-namespace mapping: uid/gid 0..65535 inside a sandbox are
+// DefaultIDBase..DefaultIDBase+65535 outside. The base sits far above the
+// ranges that /etc/subuid hands to users, so sandboxes share no ids with
+// anything else on the host.
+const (
+	DefaultIDBase = 1_000_000_000
+	IDCount       = 65536
+)
+
+// Options tune the native runtime beyond runtime.Config.
+type Options struct {
+	// IDBase is the first host uid/gid of the sandboxes' user namespace mapping.
+	IDBase uint32
+	// NoSeccomp disables the seccomp profile (debugging only).
+	NoSeccomp bool
+	// CgroupRoot names berth's group under each cgroup hierarchy.
+	CgroupRoot string
+}
+
+// Runtime is the native runtime.
+type Runtime struct {
+	cfg     runtime.Config
+	opts    Options
+	log     *slog.Logger
+	cgroups cgroup.Manager
+	image   hostImage
+
+	ctx    context.Context // ends monitors at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// persisted is the runtime-private state the manager keeps for each sandbox.
+type persisted struct {
+	Pid       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"` // clock ticks since boot, /proc/<pid>/stat field 22
+	Token     string `json:"token"`
+}
+
+// Factory returns a runtime.Factory for the native runtime with opts.
+func Factory(opts Options) runtime.Factory {
+	return func(cfg runtime.Config) (runtime.Runtime, error) { return New(cfg, opts) }
+}
+
+// New checks the host and prepares the host image.
+func New(cfg runtime.Config, opts Options) (*Runtime, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("native runtime needs root (it creates namespaces and cgroups)")
+	}
+	if cfg.GuestBinary == "" {
+		return nil, errors.New("native runtime: no guest binary configured")
+	}
+	if opts.IDBase == 0 {
+		opts.IDBase = DefaultIDBase
+	}
+	if opts.CgroupRoot == "" {
+		opts.CgroupRoot = "berth"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	cg, err := cgroup.New(opts.CgroupRoot)
+	if err != nil {
+		return nil, fmt.Errorf("native runtime: cgroups: %w", err)
+	}
+	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes")} {
+		// Traversable (not listable) so that a sandbox's init, an unprivileged
+		// uid on the host, can reach its own layers before it pivots.
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("native runtime: state dir: %w", err)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, fmt.Errorf("native runtime: state dir: %w", err)
+		}
+	}
+	if err := checkTraversable(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("native runtime: %w", err)
+	}
+	guestBin, err := installGuest(cfg.GuestBinary, filepath.Join(cfg.StateDir, "bin"))
+	if err != nil {
+		return nil, fmt.Errorf("native runtime: %w", err)
+	}
+	cfg.GuestBinary = guestBin
+	img, err := buildHostImage(filepath.Join(cfg.StateDir, "images"), opts.IDBase)
+	if err != nil {
+		return nil, fmt.Errorf("native runtime: host image: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Runtime{cfg: cfg, opts: opts, log: cfg.Log, cgroups: cg, image: img, ctx: ctx, cancel: cancel}
+	r.log.Info("native runtime ready", "cgroup_version", cg.Version(), "id_base", opts.IDBase, "image", img.dir)
+	return r, nil
+}
+
+// installGuest copies the guest binary into the runtime's state dir, named by
+// its content hash: the copy is reachable by a sandbox's unprivileged host
+// uid wherever the daemon's own binary lives, owned by root and read-only to
+// sandboxes, and an upgrade never overwrites a binary that sandboxes run.
+func installGuest(src, dir string) (string, error) {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("read guest binary: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	dst := filepath.Join(dir, "berth-guest-"+hex.EncodeToString(sum[:8]))
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, ".guest-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", err
+	}
+	return dst, nil
+}
+
+// checkTraversable makes sure every parent of dir lets others search it: a
+// sandbox's init is an unprivileged host uid that opens its layers by path.
+func checkTraversable(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := filepath.Dir(abs); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("state dir parent %s has mode %o: sandboxes need it searchable by others (chmod o+x)", p, fi.Mode().Perm())
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return Name }
+
+// Capabilities implements runtime.Runtime.
+func (r *Runtime) Capabilities() runtime.Capabilities { return runtime.Capabilities{Limits: true} }
+
+// Close stops the runtime's exit monitors. Sandboxes keep running.
+func (r *Runtime) Close() error {
+	r.cancel()
+	r.wg.Wait()
+	return nil
+}
+
+func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.cfg.StateDir, "sandboxes", id) }
+
+// Create implements runtime.Runtime.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Instance, err error) {
+	if spec.Image != "" && spec.Image != "host" {
+		return nil, errdefs.New(errdefs.InvalidArgument, "image %q: the native runtime has only the \"host\" image so far", spec.Image)
+	}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	dir := r.sandboxDir(spec.ID)
+	if err := os.Mkdir(dir, 0o710); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, errdefs.New(errdefs.AlreadyExists, "sandbox %q already has a directory", spec.ID)
+		}
+		return nil, fmt.Errorf("make sandbox dir: %w", err)
+	}
+	undo = append(undo, func() { os.RemoveAll(dir) })
+	base := int(r.opts.IDBase)
+	if err := os.Chown(dir, 0, base); err != nil {
+		return nil, fmt.Errorf("chown sandbox dir: %w", err)
+	}
+	for name, mode := range map[string]os.FileMode{"upper": 0o755, "work": 0o700, "ctl": 0o700} {
+		p := filepath.Join(dir, name)
+		if err := os.Mkdir(p, mode); err != nil {
+			return nil, fmt.Errorf("make %s: %w", name, err)
+		}
+		if err := os.Chown(p, base, base); err != nil {
+			return nil, fmt.Errorf("chown %s: %w", name, err)
+		}
+	}
+
+	cg, err := r.cgroups.Create(spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	undo = append(undo, func() { cg.Kill(); cg.Remove() })
+	if err := cg.Set(cgroup.Limits(spec.Limits)); err != nil {
+		return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
+	}
+
+	token, err := randomToken()
+	if err != nil {
+		return nil, err
+	}
+	cmd, cfgW, statusR, err := r.guestCommand(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer cfgW.Close()
+	defer statusR.Close()
+	err = cg.Start(cmd)
+	for _, f := range cmd.ExtraFiles {
+		f.Close()
+	}
+	if out, ok := cmd.Stdout.(*os.File); ok {
+		out.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start guest: %w", err)
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan struct{})
+	r.wg.Add(1)
+	go func() { // owns the child: reaps it and reports its exit
+		defer r.wg.Done()
+		cmd.Wait()
+		close(exited)
+	}()
+	undo = append(undo, func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+
+	initCfg := guestapi.InitConfig{
+		ID:            spec.ID,
+		Hostname:      spec.ID,
+		Token:         token,
+		ImageDir:      r.image.dir,
+		UpperDir:      filepath.Join(dir, "upper"),
+		WorkDir:       filepath.Join(dir, "work"),
+		ControlDir:    filepath.Join(dir, "ctl"),
+		ReadOnlyBinds: r.image.binds,
+		Seccomp:       !r.opts.NoSeccomp,
+	}
+	if err := json.NewEncoder(cfgW).Encode(initCfg); err != nil {
+		return nil, fmt.Errorf("send init config: %w", err)
+	}
+	cfgW.Close()
+	if err := waitReady(ctx, statusR, exited); err != nil {
+		return nil, fmt.Errorf("guest of %s did not start: %w (log: %s)", spec.ID, err, tailLog(filepath.Join(dir, "guest.log")))
+	}
+	start, err := startTime(pid)
+	if err != nil {
+		return nil, fmt.Errorf("read guest start time: %w", err)
+	}
+	st, _ := json.Marshal(persisted{Pid: pid, StartTime: start, Token: token})
+	return &runtime.Instance{State: st, Dial: r.dialer(spec.ID, pid), Token: token, Exited: exited}, nil
+}
+
+// guestCommand prepares `berth guest` in new namespaces with the config and
+// status pipes as fds 3 and 4 and its log as stdout and stderr.
+func (r *Runtime) guestCommand(dir string) (cmd *exec.Cmd, cfgW, statusR *os.File, err error) {
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		cfgW.Close()
+		return nil, nil, nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "guest.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		cfgR.Close()
+		cfgW.Close()
+		statusR.Close()
+		statusW.Close()
+		return nil, nil, nil, err
+	}
+	base := r.opts.IDBase
+	cmd = &exec.Cmd{
+		Path:       r.cfg.GuestBinary,
+		Args:       []string{"berth-guest", "guest"},
+		Env:        []string{}, // nothing of the daemon's environment enters a sandbox
+		Dir:        "/",
+		Stdout:     logf,
+		Stderr:     logf,
+		ExtraFiles: []*os.File{cfgR, statusW},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: IDCount}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: IDCount}},
+			GidMappingsEnableSetgroups: true,
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+			Setsid:                     true, // not in the daemon's session: survives it
+		},
+	}
+	return cmd, cfgW, statusR, nil
+}
+
+// waitReady reads the guest's first status line.
+func waitReady(ctx context.Context, statusR *os.File, exited <-chan struct{}) error {
+	line := make(chan string, 1)
+	go func() { // ends when the guest writes or closes its status pipe (or dies)
+		s, _ := bufio.NewReader(statusR).ReadString('\n')
+		line <- s
+	}()
+	select {
+	case s := <-line:
+		s = strings.TrimSpace(s)
+		if s == guestapi.StatusReady {
+			return nil
+		}
+		var ge guestapi.Error
+		if json.Unmarshal([]byte(s), &ge) == nil && ge.Message != "" {
+			return errors.New(truncate(ge.Message, 512))
+		}
+		return errors.New("guest exited during set-up")
+	case <-ctx.Done():
+		statusR.Close()
+		return ctx.Err()
+	}
+}
+
+// dialer connects to the sandbox's control socket and checks, with the
+// kernel's word (SO_PEERCRED), that the listener is the sandbox's init.
+func (r *Runtime) dialer(id string, pid int) func(ctx context.Context) (net.Conn, error) {
+	ctl := filepath.Join(r.sandboxDir(id), "ctl")
+	return func(ctx context.Context) (net.Conn, error) {
+		// Through an O_PATH descriptor, so a long state dir cannot overflow sun_path.
+		fd, err := unix.Open(ctl, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
+		}
+		defer unix.Close(fd)
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, guestapi.ControlSocketName))
+		if err != nil {
+			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
+		}
+		if err := checkPeer(c.(*net.UnixConn), pid); err != nil {
+			c.Close()
+			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
+		}
+		return c, nil
+	}
+}
+
+func checkPeer(c *net.UnixConn, pid int) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if credErr != nil {
+		return credErr
+	}
+	if int(cred.Pid) != pid {
+		return fmt.Errorf("control socket is held by pid %d, not the sandbox's init %d", cred.Pid, pid)
+	}
+	return nil
+}
+
+// Attach implements runtime.Runtime.
+func (r *Runtime) Attach(ctx context.Context, id string, state json.RawMessage) (*runtime.Instance, error) {
+	var st persisted
+	if err := json.Unmarshal(state, &st); err != nil {
+		return nil, fmt.Errorf("sandbox %s: bad runtime state: %w", id, err)
+	}
+	if !alive(st.Pid, st.StartTime) {
+		return nil, errdefs.New(errdefs.Unavailable, "sandbox %s: its init (pid %d) is gone", id, st.Pid)
+	}
+	pidfd, err := unix.PidfdOpen(st.Pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: pidfd_open: %w", id, err)
+	}
+	// The start time is checked again now that the pidfd pins the process.
+	if !alive(st.Pid, st.StartTime) {
+		unix.Close(pidfd)
+		return nil, errdefs.New(errdefs.Unavailable, "sandbox %s: its init (pid %d) is gone", id, st.Pid)
+	}
+	exited := make(chan struct{})
+	r.wg.Add(1)
+	go func() { // watches a process that is not our child; init reaps it
+		defer r.wg.Done()
+		defer unix.Close(pidfd)
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		for r.ctx.Err() == nil {
+			n, err := unix.Poll(fds, 250)
+			if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
+				close(exited)
+				return
+			}
+		}
+	}()
+	return &runtime.Instance{State: state, Dial: r.dialer(id, st.Pid), Token: st.Token, Exited: exited}, nil
+}
+
+// Delete implements runtime.Runtime.
+func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) error {
+	var st persisted
+	if len(state) > 0 {
+		if err := json.Unmarshal(state, &st); err != nil {
+			r.log.Warn("bad runtime state; cleaning by id", "sandbox", id, "err", err)
+		}
+	}
+	if st.Pid > 0 && alive(st.Pid, st.StartTime) {
+		// Killing the init of a PID namespace kills everything in it.
+		unix.Kill(st.Pid, unix.SIGKILL)
+	}
+	cg, err := r.cgroups.Load(id)
+	if err == nil {
+		cg.Kill()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("sandbox %s: load cgroup: %w", id, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for st.Pid > 0 && alive(st.Pid, st.StartTime) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox %s: init %d did not exit after SIGKILL", id, st.Pid)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if cg != nil {
+		if err := cg.Remove(); err != nil {
+			return fmt.Errorf("sandbox %s: remove cgroup: %w", id, err)
+		}
+	}
+	if err := os.RemoveAll(r.sandboxDir(id)); err != nil {
+		return fmt.Errorf("sandbox %s: remove files: %w", id, err)
+	}
+	return nil
+}
+
+// alive reports whether pid is still the process that started at start
+// (a zombie counts as gone).
+func alive(pid int, start uint64) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	st, s, ok := parseStat(string(b))
+	return ok && st == start && s != "Z" && s != "X"
+}
+
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	st, _, ok := parseStat(string(b))
+	if !ok {
+		return 0, fmt.Errorf("cannot parse /proc/%d/stat", pid)
+	}
+	return st, nil
+}
+
+// parseStat returns the start time (field 22) and state (field 3) of a
+// /proc/<pid>/stat line. The command name may hold spaces and parentheses,
+// so fields are counted after the last ')'.
+func parseStat(s string) (start uint64, state string, ok bool) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, "", false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, "", false
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	return start, f[0], err == nil
+}
+
+func randomToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("random token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+func tailLog(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "no log"
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > 2048 {
+		f.Seek(-2048, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(f)
+	return truncate(strings.TrimSpace(string(b)), 2048)
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}

@@ -1,0 +1,170 @@
+package native_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/internal/testutil"
+	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/runtime/native"
+	"github.com/berthsh/berth/runtime/runtimetest"
+)
+
+const cgroupRoot = "berth-test"
+
+func newRuntime(t *testing.T) (*native.Runtime, string) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	state := testutil.StateDir(t)
+	rt, err := native.New(runtime.Config{StateDir: state, GuestBinary: testutil.Berth(t), Log: slog.New(slog.DiscardHandler)},
+		native.Options{CgroupRoot: cgroupRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt, state
+}
+
+func harness(t *testing.T) (runtimetest.Harness, string) {
+	rt, state := newRuntime(t)
+	return runtimetest.Harness{Runtime: rt, Leaks: func(id string) []string { return leaks(state, id) }}, state
+}
+
+// leaks lists every trace of sandbox id on the host.
+func leaks(state, id string) []string {
+	var out []string
+	if _, err := os.Lstat(filepath.Join(state, "sandboxes", id)); err == nil {
+		out = append(out, "sandbox directory")
+	}
+	for _, ctrl := range []string{"cpu", "memory", "pids", "cpuacct", "unified", ""} {
+		p := filepath.Join("/sys/fs/cgroup", ctrl, cgroupRoot, id)
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, "cgroup "+p)
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(b), id) {
+		out = append(out, "mount")
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), "/"+cgroupRoot+"/"+id) {
+			out = append(out, "process "+p)
+		}
+	}
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	h, _ := harness(t)
+	runtimetest.Run(t, h)
+}
+
+// TestRootInsideIsNotRootOutside checks the user namespace mapping from the host's side.
+func TestRootInsideIsNotRootOutside(t *testing.T) {
+	h, _ := harness(t)
+	sb := runtimetest.Create(t, h, runtime.Spec{})
+	var st struct{ Pid int }
+	json.Unmarshal(sb.Inst.State, &st)
+	uid := hostUID(t, st.Pid)
+	if uid != fmt.Sprint(native.DefaultIDBase) {
+		t.Fatalf("the sandbox's root is host uid %s, want %d", uid, native.DefaultIDBase)
+	}
+	if got := runtimetest.Sh(t, sb, "id -u"); got != "0" {
+		t.Fatalf("inside: uid %s", got)
+	}
+	// A file root creates inside belongs to the mapped uid on the host.
+	runtimetest.Sh(t, sb, "echo hi > /root/owned")
+	var fi os.FileInfo
+	fi, err := os.Stat(filepath.Join(sandboxDir(t, h, sb.ID), "upper", "root", "owned"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fileUID(fi); got != native.DefaultIDBase {
+		t.Fatalf("file owner on the host: %d", got)
+	}
+}
+
+func sandboxDir(t *testing.T, h runtimetest.Harness, id string) string {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), "berth-test", "state-*", "sandboxes", id))
+	if len(matches) != 1 {
+		t.Fatalf("sandbox dir of %s: %v", id, matches)
+	}
+	return matches[0]
+}
+
+func hostUID(t *testing.T, pid int) string {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "Uid:"); ok {
+			return strings.Fields(rest)[0]
+		}
+	}
+	t.Fatal("no Uid line")
+	return ""
+}
+
+// TestHostFilesInvisible checks that nothing of the host but the system
+// directories is visible: homes, /root, the state dir, a secret file.
+func TestHostFilesInvisible(t *testing.T) {
+	h, state := harness(t)
+	secretDir, err := os.MkdirTemp("/var/tmp", "berth-secret-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(secretDir) })
+	secret := filepath.Join(secretDir, "token")
+	os.WriteFile(secret, []byte("s3cret"), 0o644)
+	os.Chmod(secretDir, 0o755)
+
+	sb := runtimetest.Create(t, h, runtime.Spec{})
+	for _, p := range []string{secret, secretDir, state, "/root/.bash_history", "/root/go", "/work", "/etc/shadow", "/etc/ssh", "/etc/machine-id", "/proc/1/root" + state} {
+		r := runtimetest.Exec(t, sb, guestapi.ProcessSpec{Args: []string{"/bin/sh", "-c", "ls -d " + p}, User: "root"})
+		if r.ExitCode == 0 {
+			t.Errorf("%s is visible inside: %q", p, r.Stdout)
+		}
+	}
+	if got := runtimetest.Sh(t, sb, "ls -A /root | wc -l"); got != "0" {
+		t.Errorf("/root inside is not empty: %s entries", got)
+	}
+	if got := runtimetest.Sh(t, sb, "env | grep -c -i -E 'PIP_|AWS_|CLOUDSDK|SSL_CERT' || true"); got != "0" {
+		t.Errorf("daemon environment leaked into the sandbox: %s variables", got)
+	}
+}
+
+// TestHardeningInPlace checks the first hardening layer: no new user
+// namespaces, no mount, reduced capabilities, guest not dumpable.
+func TestHardeningInPlace(t *testing.T) {
+	h, _ := harness(t)
+	sb := runtimetest.Create(t, h, runtime.Spec{})
+	for _, attack := range []string{
+		"unshare -U true",
+		"unshare -m true && mount -t tmpfs none /mnt",
+		"mount -t tmpfs none /mnt",
+		"ls -l /proc/1/fd/",
+		"cat /proc/1/environ",
+		"echo x > /proc/sysrq-trigger",
+	} {
+		r := runtimetest.Exec(t, sb, guestapi.ProcessSpec{Args: []string{"/bin/sh", "-c", attack}, User: "root"})
+		if r.ExitCode == 0 {
+			t.Errorf("%q succeeded inside the sandbox: %q", attack, r.Stdout)
+		}
+	}
+	capEff := runtimetest.Sh(t, sb, "grep CapEff /proc/self/status | cut -f2")
+	if capEff == "000001ffffffffff" || capEff == "" {
+		t.Errorf("root inside has every capability: %s", capEff)
+	}
+}

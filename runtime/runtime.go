@@ -1,0 +1,116 @@
+// Package runtime defines how berth talks to an isolation tier: a runtime makes
+// a sandbox whose guest agent answers on a private channel, re-attaches to it
+// after a daemon restart, and deletes it without a trace.
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+)
+
+// Spec is what a runtime needs to create a sandbox. Exec defaults (env, user,
+// workdir) are the manager's business, not the runtime's.
+type Spec struct {
+	ID     string
+	Image  string
+	Limits Limits
+}
+
+// Limits are kernel-enforced ceilings; zero means unlimited.
+type Limits struct {
+	CPUs        float64
+	MemoryBytes int64
+	Pids        int64
+}
+
+// Instance is a running sandbox as its runtime hands it to the manager.
+type Instance struct {
+	// State is runtime-private; the manager persists it and hands it back to
+	// Attach and Delete after a daemon restart.
+	State json.RawMessage
+	// Dial opens a connection to the guest's control channel.
+	Dial func(ctx context.Context) (net.Conn, error)
+	// Token authenticates the daemon to the guest (and the guest to the daemon, by proof).
+	Token string
+	// Exited is closed when the sandbox's init has exited.
+	Exited <-chan struct{}
+}
+
+// Capabilities declares what a runtime can do beyond the basics, so a request
+// for something it cannot do is a clear error and never a silent no-op.
+type Capabilities struct {
+	Limits bool `json:"limits"`
+}
+
+// Runtime is an isolation tier. Implementations must be safe for concurrent use.
+type Runtime interface {
+	Name() string
+	Capabilities() Capabilities
+	// Create makes and starts a sandbox. On error nothing is left behind.
+	Create(ctx context.Context, spec Spec) (*Instance, error)
+	// Attach reconnects to a sandbox created by an earlier daemon process.
+	Attach(ctx context.Context, id string, state json.RawMessage) (*Instance, error)
+	// Delete stops every process of the sandbox and removes all its traces. It
+	// is idempotent: deleting what is already gone is not an error.
+	Delete(ctx context.Context, id string, state json.RawMessage) error
+}
+
+// Factory builds a runtime from the daemon's configuration. It returns an
+// error that says why when the runtime cannot work on this host.
+type Factory func(cfg Config) (Runtime, error)
+
+// Config is what the daemon gives every runtime factory.
+type Config struct {
+	// StateDir is a directory private to the runtime.
+	StateDir string
+	// GuestBinary is the berth binary that runs as every sandbox's init
+	// (`berth guest`); every runtime runs the same guest agent.
+	GuestBinary string
+	// Log is the runtime's logger.
+	Log *slog.Logger
+}
+
+// Registry maps runtime names to factories. Runtimes register themselves in
+// the daemon's wiring; there is no global registry.
+type Registry struct {
+	mu        sync.Mutex
+	factories map[string]Factory
+}
+
+// Register adds a factory under name.
+func (r *Registry) Register(name string, f Factory) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.factories == nil {
+		r.factories = map[string]Factory{}
+	}
+	if _, dup := r.factories[name]; dup {
+		panic(fmt.Sprintf("runtime %q registered twice", name))
+	}
+	r.factories[name] = f
+}
+
+// Names lists the registered runtimes, sorted.
+func (r *Registry) Names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	names := make([]string, 0, len(r.factories))
+	for n := range r.factories {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Factory returns the factory registered under name.
+func (r *Registry) Factory(name string) (Factory, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.factories[name]
+	return f, ok
+}

@@ -1,0 +1,294 @@
+// Package runtimetest is the conformance suite every runtime passes: create,
+// guest hello, exec, concurrency, re-attach, isolation basics and delete
+// without leaks, run unchanged against each implementation.
+package runtimetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/guestclient"
+	"github.com/berthsh/berth/runtime"
+)
+
+// Harness is what a runtime's test hands the suite.
+type Harness struct {
+	// Runtime is the runtime under test.
+	Runtime runtime.Runtime
+	// Leaks reports what a deleted (or never created) sandbox left behind on
+	// the host: processes, mounts, cgroups, files. Empty means clean.
+	Leaks func(id string) []string
+}
+
+var seq struct {
+	sync.Mutex
+	n int
+}
+
+func newID(t *testing.T) string {
+	seq.Lock()
+	defer seq.Unlock()
+	seq.n++
+	return fmt.Sprintf("sb-rt%d%d", time.Now().UnixNano()%1e9, seq.n)
+}
+
+// Run runs the suite.
+func Run(t *testing.T, h Harness) {
+	t.Run("CreateExecDelete", func(t *testing.T) { testCreateExecDelete(t, h) })
+	t.Run("ExitCodesAndStderr", func(t *testing.T) { testExitCodes(t, h) })
+	t.Run("ConcurrentExecs", func(t *testing.T) { testConcurrent(t, h) })
+	t.Run("Reattach", func(t *testing.T) { testReattach(t, h) })
+	t.Run("Isolation", func(t *testing.T) { testIsolation(t, h) })
+	t.Run("FailedCreateLeavesNothing", func(t *testing.T) { testFailedCreate(t, h) })
+	t.Run("DeleteIsIdempotent", func(t *testing.T) { testDeleteTwice(t, h) })
+}
+
+// Sandbox is a created sandbox with a connected guest.
+type Sandbox struct {
+	ID    string
+	Inst  *runtime.Instance
+	Guest *guestclient.Client
+}
+
+// Create makes a sandbox, says hello to its guest, and deletes it (checking
+// for leaks) at the end of the test.
+func Create(t *testing.T, h Harness, spec runtime.Spec) *Sandbox {
+	t.Helper()
+	if spec.ID == "" {
+		spec.ID = newID(t)
+	}
+	ctx := t.Context()
+	inst, err := h.Runtime.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create %s: %v", spec.ID, err)
+	}
+	sb := &Sandbox{ID: spec.ID, Inst: inst, Guest: guestclient.New(spec.ID, inst.Token, inst.Dial)}
+	t.Cleanup(func() {
+		sb.Guest.Close()
+		if err := h.Runtime.Delete(context.Background(), spec.ID, inst.State); err != nil {
+			t.Errorf("delete %s: %v", spec.ID, err)
+		}
+		if leaks := h.Leaks(spec.ID); len(leaks) > 0 {
+			t.Errorf("sandbox %s left traces after delete: %v", spec.ID, leaks)
+		}
+	})
+	if _, err := sb.Guest.Hello(ctx); err != nil {
+		t.Fatalf("hello %s: %v", spec.ID, err)
+	}
+	return sb
+}
+
+// Exec runs args and returns the result with its output.
+func Exec(t *testing.T, sb *Sandbox, spec guestapi.ProcessSpec) guestapi.Result {
+	t.Helper()
+	res, err := ExecErr(t.Context(), sb, spec)
+	if err != nil {
+		t.Fatalf("exec %v: %v", spec.Args, err)
+	}
+	return res
+}
+
+// ExecErr runs spec and collects its output.
+func ExecErr(ctx context.Context, sb *Sandbox, spec guestapi.ProcessSpec) (guestapi.Result, error) {
+	st, err := sb.Guest.Exec(ctx, spec)
+	if err != nil {
+		return guestapi.Result{}, err
+	}
+	defer st.Close()
+	var out, errb []byte
+	for {
+		ev, err := st.Next()
+		if err == io.EOF {
+			return guestapi.Result{}, fmt.Errorf("stream ended without exit")
+		}
+		if err != nil {
+			return guestapi.Result{}, err
+		}
+		switch ev.Type {
+		case guestapi.EventStdout:
+			out = append(out, ev.Data...)
+		case guestapi.EventStderr:
+			errb = append(errb, ev.Data...)
+		case guestapi.EventError:
+			return guestapi.Result{}, guestclient.EventError(sb.ID, ev)
+		case guestapi.EventExit:
+			r := *ev.Result
+			r.Stdout, r.Stderr = out, errb
+			return r, nil
+		}
+	}
+}
+
+// Sh runs a shell command as root and returns its trimmed stdout, failing the
+// test on a non-zero exit.
+func Sh(t *testing.T, sb *Sandbox, script string) string {
+	t.Helper()
+	r := Exec(t, sb, guestapi.ProcessSpec{Args: []string{"/bin/sh", "-c", script}, User: "root"})
+	if r.ExitCode != 0 {
+		t.Fatalf("%q exited %d: stdout %q stderr %q", script, r.ExitCode, r.Stdout, r.Stderr)
+	}
+	return strings.TrimSpace(string(r.Stdout))
+}
+
+func testCreateExecDelete(t *testing.T, h Harness) {
+	sb := Create(t, h, runtime.Spec{})
+	r := Exec(t, sb, guestapi.ProcessSpec{Args: []string{"echo", "hello"}})
+	if r.ExitCode != 0 || string(r.Stdout) != "hello\n" {
+		t.Fatalf("echo hello: exit %d stdout %q stderr %q", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	if err := h.Runtime.Delete(t.Context(), sb.ID, sb.Inst.State); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sb.Inst.Exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Exited not closed after delete")
+	}
+	if leaks := h.Leaks(sb.ID); len(leaks) > 0 {
+		t.Fatalf("traces after delete: %v", leaks)
+	}
+	if _, err := ExecErr(t.Context(), sb, guestapi.ProcessSpec{Args: []string{"true"}}); err == nil {
+		t.Fatal("exec in a deleted sandbox succeeded")
+	}
+}
+
+func testExitCodes(t *testing.T, h Harness) {
+	sb := Create(t, h, runtime.Spec{})
+	r := Exec(t, sb, guestapi.ProcessSpec{Args: []string{"/bin/sh", "-c", "echo out; echo err >&2; exit 3"}})
+	if r.ExitCode != 3 || string(r.Stdout) != "out\n" || string(r.Stderr) != "err\n" {
+		t.Fatalf("got exit %d stdout %q stderr %q", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	r = Exec(t, sb, guestapi.ProcessSpec{Args: []string{"no-such-binary-berth"}})
+	if r.ExitCode != 127 || r.StartError == "" {
+		t.Fatalf("missing binary: exit %d start error %q", r.ExitCode, r.StartError)
+	}
+	r = Exec(t, sb, guestapi.ProcessSpec{Args: []string{"/bin/sh", "-c", "kill -9 $$"}})
+	if r.Signal != 9 || r.ExitCode != 128+9 {
+		t.Fatalf("killed: exit %d signal %d", r.ExitCode, r.Signal)
+	}
+	r = Exec(t, sb, guestapi.ProcessSpec{Args: []string{"sleep", "30"}, TimeoutMs: 200})
+	if !r.TimedOut {
+		t.Fatalf("sleep with 200ms timeout: not timed out: %+v", r)
+	}
+}
+
+func testConcurrent(t *testing.T, h Harness) {
+	sb := Create(t, h, runtime.Spec{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := fmt.Sprintf("n%d", i)
+			r, err := ExecErr(t.Context(), sb, guestapi.ProcessSpec{Args: []string{"echo", want}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if strings.TrimSpace(string(r.Stdout)) != want {
+				errs <- fmt.Errorf("exec %d: got %q", i, r.Stdout)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func testReattach(t *testing.T, h Harness) {
+	sb := Create(t, h, runtime.Spec{})
+	Sh(t, sb, "echo kept > /tmp/marker")
+	st, err := json.Marshal(json.RawMessage(sb.Inst.State))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := h.Runtime.Attach(t.Context(), sb.ID, st)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	again := &Sandbox{ID: sb.ID, Inst: inst, Guest: guestclient.New(sb.ID, inst.Token, inst.Dial)}
+	defer again.Guest.Close()
+	if _, err := again.Guest.Hello(t.Context()); err != nil {
+		t.Fatalf("hello after attach: %v", err)
+	}
+	if got := Sh(t, again, "cat /tmp/marker"); got != "kept" {
+		t.Fatalf("after attach: %q", got)
+	}
+	// Attach to a sandbox that is gone fails with unavailable.
+	if err := h.Runtime.Delete(t.Context(), sb.ID, sb.Inst.State); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Runtime.Attach(t.Context(), sb.ID, st); !errdefs.IsUnavailable(err) {
+		t.Fatalf("attach to a deleted sandbox: %v, want unavailable", err)
+	}
+}
+
+func testIsolation(t *testing.T, h Harness) {
+	sb := Create(t, h, runtime.Spec{})
+	if got := Sh(t, sb, "hostname"); got != sb.ID {
+		t.Errorf("hostname %q, want %q", got, sb.ID)
+	}
+	if got := Sh(t, sb, "id -u"); got != "0" {
+		t.Errorf("root inside: uid %q", got)
+	}
+	// Only the sandbox's own processes are visible: init, the shell, ls and grep.
+	if got := Sh(t, sb, "ls /proc | grep -c '^[0-9]'"); got != "4" {
+		t.Errorf("%s processes visible inside, want 4 (init, sh, ls, grep)", got)
+	}
+	if got := Sh(t, sb, "cat /proc/1/cmdline | tr '\\0' ' '"); !strings.Contains(got, "guest") {
+		t.Errorf("pid 1 is %q, want the berth guest", got)
+	}
+	// Loopback only.
+	if got := Sh(t, sb, "ls /sys/class/net | tr '\\n' ' '"); strings.TrimSpace(got) != "lo" {
+		t.Errorf("network interfaces: %q, want lo only", got)
+	}
+	// The writable layer is private and writable by root; the system dirs are read-only.
+	Sh(t, sb, "echo x > /etc/berth-test && rm /etc/berth-test")
+	r := Exec(t, sb, guestapi.ProcessSpec{Args: []string{"/bin/sh", "-c", "touch /usr/bin/berth-test"}, User: "root"})
+	if r.ExitCode == 0 {
+		t.Error("/usr is writable inside the sandbox")
+	}
+	// The unprivileged user exists, with a home.
+	r = Exec(t, sb, guestapi.ProcessSpec{Args: []string{"/bin/sh", "-c", "id -un; echo $HOME; pwd"}, User: "user"})
+	if got := string(r.Stdout); got != "user\n/home/user\n/home/user\n" {
+		t.Errorf("as user: %q (stderr %q)", got, r.Stderr)
+	}
+}
+
+func testFailedCreate(t *testing.T, h Harness) {
+	id := newID(t)
+	_, err := h.Runtime.Create(t.Context(), runtime.Spec{ID: id, Image: "no-such-image"})
+	if err == nil {
+		t.Fatal("create with an unknown image succeeded")
+	}
+	if leaks := h.Leaks(id); len(leaks) > 0 {
+		t.Fatalf("failed create left traces: %v", leaks)
+	}
+}
+
+func testDeleteTwice(t *testing.T, h Harness) {
+	id := newID(t)
+	inst, err := h.Runtime.Create(t.Context(), runtime.Spec{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := h.Runtime.Delete(t.Context(), id, inst.State); err != nil {
+			t.Fatalf("delete #%d: %v", i+1, err)
+		}
+	}
+	if leaks := h.Leaks(id); len(leaks) > 0 {
+		t.Fatalf("traces: %v", leaks)
+	}
+}

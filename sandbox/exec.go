@@ -1,0 +1,293 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/guestclient"
+)
+
+// processSpec merges a sandbox's defaults into an exec request.
+func processSpec(sb api.CreateSandboxRequest, req api.ExecRequest) guestapi.ProcessSpec {
+	args := req.Cmd
+	if req.Shell != "" {
+		args = []string{"/bin/sh", "-c", req.Shell}
+	}
+	env := map[string]string{}
+	for k, v := range sb.Env {
+		env[k] = v
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	list := make([]string, 0, len(keys))
+	for _, k := range keys {
+		list = append(list, k+"="+env[k])
+	}
+	cwd, user := req.Cwd, req.User
+	if cwd == "" {
+		cwd = sb.Workdir
+	}
+	if user == "" {
+		user = sb.User
+	}
+	out := req.MaxOutputBytes
+	if out == 0 {
+		out = defaultOutput
+	}
+	return guestapi.ProcessSpec{Args: args, Env: list, Cwd: cwd, User: user, Stdin: req.Stdin,
+		TimeoutMs: req.TimeoutMs, MaxOutputBytes: out}
+}
+
+// Exec runs a process and waits for its result.
+func (m *Manager) Exec(ctx context.Context, tenant, id string, req api.ExecRequest) (api.ExecResult, error) {
+	var res api.ExecResult
+	var stdout, stderr []byte
+	err := m.ExecStream(ctx, tenant, id, req, func(ev api.ExecEvent) error {
+		switch ev.Type {
+		case api.EventStdout:
+			stdout = append(stdout, ev.Data...)
+		case api.EventStderr:
+			stderr = append(stderr, ev.Data...)
+		case api.EventExit:
+			res = *ev.Result
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	res.Stdout, res.Stderr = nonNil(stdout), nonNil(stderr)
+	return res, nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// ExecStream runs a process and hands each event to emit: start, output
+// chunks, then one exit. An error before the start event is returned; a
+// failure after it is sent as an error event and also returned.
+func (m *Manager) ExecStream(ctx context.Context, tenant, id string, req api.ExecRequest, emit func(api.ExecEvent) error) error {
+	if err := validateExec(req); err != nil {
+		return err
+	}
+	ls, err := m.guest(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	spec := processSpec(ls.spec, req)
+	st, err := ls.guest.Exec(ctx, spec)
+	if err != nil {
+		return err
+	}
+	defer st.Close() // closing early makes the guest kill the process group
+	limit := spec.MaxOutputBytes
+	var sent [2]int64
+	for {
+		ev, err := st.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		out, err := relay(id, ev, limit, &sent)
+		if err != nil {
+			return err
+		}
+		if err := emit(out); err != nil {
+			return err
+		}
+	}
+}
+
+// relay turns a guest event into an API event, enforcing the output bound
+// itself: a guest's word on how much it sent is not trusted.
+func relay(id string, ev guestapi.Event, limit int64, sent *[2]int64) (api.ExecEvent, error) {
+	switch ev.Type {
+	case guestapi.EventStart:
+		return api.ExecEvent{Type: api.EventStart, Pid: ev.Pid}, nil
+	case guestapi.EventStdout, guestapi.EventStderr:
+		i := 0
+		if ev.Type == guestapi.EventStderr {
+			i = 1
+		}
+		data := ev.Data
+		if room := limit - sent[i]; int64(len(data)) > room {
+			data = data[:max(room, 0)]
+		}
+		sent[i] += int64(len(data))
+		return api.ExecEvent{Type: ev.Type, Data: data}, nil
+	case guestapi.EventExit:
+		r := resultToAPI(*ev.Result)
+		r.Stdout, r.Stderr = nil, nil
+		return api.ExecEvent{Type: api.EventExit, Result: &r}, nil
+	default:
+		return api.ExecEvent{}, guestclient.EventError(id, ev)
+	}
+}
+
+func resultToAPI(r guestapi.Result) api.ExecResult {
+	return api.ExecResult{
+		Pid: r.Pid, ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut,
+		Stdout: nonNil(r.Stdout), Stderr: nonNil(r.Stderr),
+		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
+		DurationMs: r.DurationMs, Error: r.StartError,
+	}
+}
+
+func processToAPI(p guestapi.ProcessInfo) api.Process {
+	out := api.Process{Pid: p.Pid, Cmd: p.Args, Running: p.Running, StartedAt: time.UnixMilli(p.StartedUnixMs).UTC()}
+	if p.Result != nil {
+		r := resultToAPI(*p.Result)
+		out.Result = &r
+	}
+	return out
+}
+
+// StartProcess starts a background process.
+func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req api.ExecRequest) (api.Process, error) {
+	if err := validateExec(req); err != nil {
+		return api.Process{}, err
+	}
+	ls, err := m.guest(ctx, tenant, id)
+	if err != nil {
+		return api.Process{}, err
+	}
+	info, err := ls.guest.Start(ctx, processSpec(ls.spec, req))
+	if err != nil {
+		return api.Process{}, err
+	}
+	return processToAPI(info), nil
+}
+
+// ListProcesses lists a sandbox's processes started through the API.
+func (m *Manager) ListProcesses(ctx context.Context, tenant, id string) ([]api.Process, error) {
+	ls, err := m.guest(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	infos, err := ls.guest.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Process, 0, len(infos))
+	for _, p := range infos {
+		out = append(out, processToAPI(p))
+	}
+	return out, nil
+}
+
+// GetProcess describes one process.
+func (m *Manager) GetProcess(ctx context.Context, tenant, id string, pid int) (api.Process, error) {
+	ls, err := m.guest(ctx, tenant, id)
+	if err != nil {
+		return api.Process{}, err
+	}
+	info, err := ls.guest.Get(ctx, pid)
+	if err != nil {
+		return api.Process{}, err
+	}
+	return processToAPI(info), nil
+}
+
+// ProcessOutput streams a process's kept output (and live output if follow).
+func (m *Manager) ProcessOutput(ctx context.Context, tenant, id string, pid int, follow bool, emit func(api.ExecEvent) error) error {
+	ls, err := m.guest(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	st, err := ls.guest.Output(ctx, pid, follow)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var sent [2]int64
+	for {
+		ev, err := st.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		out, err := relay(id, ev, maxOutput, &sent)
+		if err != nil {
+			return err
+		}
+		if err := emit(out); err != nil {
+			return err
+		}
+	}
+}
+
+// WaitProcess waits for a process to end.
+func (m *Manager) WaitProcess(ctx context.Context, tenant, id string, pid int, timeout time.Duration) (api.ExecResult, error) {
+	ls, err := m.guest(ctx, tenant, id)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	r, err := ls.guest.Wait(ctx, pid, timeout)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	return resultToAPI(r), nil
+}
+
+// SignalProcess sends a signal, by name ("TERM", "SIGKILL") or number, to a process's group.
+func (m *Manager) SignalProcess(ctx context.Context, tenant, id string, pid int, signal string) error {
+	sig, err := parseSignal(signal)
+	if err != nil {
+		return err
+	}
+	ls, err := m.guest(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	return ls.guest.Signal(ctx, pid, int(sig))
+}
+
+// RemoveProcess forgets a finished process.
+func (m *Manager) RemoveProcess(ctx context.Context, tenant, id string, pid int) error {
+	ls, err := m.guest(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	return ls.guest.Remove(ctx, pid)
+}
+
+func parseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n < 1 || n > 64 {
+			return 0, errdefs.New(errdefs.InvalidArgument, "signal: %d is outside 1..64", n)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig := unix.SignalNum(name); sig != 0 {
+		return sig, nil
+	}
+	return 0, errdefs.New(errdefs.InvalidArgument, "signal: unknown signal %q", s)
+}

@@ -1,0 +1,335 @@
+// Package sandbox is berth's sandbox manager: it validates requests, keeps
+// sandboxes in the store, drives the runtimes, and relays exec and process
+// calls to each sandbox's guest.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/guestclient"
+	"github.com/berthsh/berth/labels"
+	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/store"
+)
+
+// Config tunes the manager.
+type Config struct {
+	// DefaultRuntime is used when a create request names none.
+	DefaultRuntime string
+	// DefaultLimits fill the zero fields of a create request's limits.
+	DefaultLimits api.Limits
+	// CreateTimeout bounds one runtime Create.
+	CreateTimeout time.Duration
+}
+
+// Manager owns the live sandboxes of one daemon.
+type Manager struct {
+	cfg      Config
+	store    *store.Store
+	runtimes map[string]runtime.Runtime
+	log      *slog.Logger
+
+	mu   sync.Mutex
+	live map[string]*liveSandbox // running sandboxes with a guest connection
+
+	ctx    context.Context // ends watchers at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// liveSandbox is a running sandbox's connection.
+type liveSandbox struct {
+	inst  *runtime.Instance
+	guest *guestclient.Client
+	spec  api.CreateSandboxRequest
+}
+
+// New returns a manager. Call Start to re-attach to sandboxes from the store.
+func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, log *slog.Logger) (*Manager, error) {
+	if _, ok := runtimes[cfg.DefaultRuntime]; !ok {
+		return nil, fmt.Errorf("default runtime %q is not available", cfg.DefaultRuntime)
+	}
+	if cfg.CreateTimeout == 0 {
+		cfg.CreateTimeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{cfg: cfg, store: st, runtimes: runtimes, log: log, live: map[string]*liveSandbox{}, ctx: ctx, cancel: cancel}, nil
+}
+
+// Runtimes lists the names of the available runtimes.
+func (m *Manager) Runtimes() []string {
+	out := make([]string, 0, len(m.runtimes))
+	for n := range m.runtimes {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Start re-attaches to every sandbox the store says is running. A sandbox
+// whose init is gone is marked as in error, with the reason.
+func (m *Manager) Start(ctx context.Context) error {
+	all, err := m.store.ListSandboxes(ctx, "", labels.Selector{})
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	for _, rec := range all {
+		switch rec.State {
+		case api.StateRunning:
+			if err := m.attach(ctx, rec); err != nil {
+				m.log.Warn("sandbox lost while the daemon was down", "sandbox", rec.ID, "err", err)
+				m.store.UpdateState(ctx, rec.ID, api.StateError, "lost while the daemon was down: "+errdefs.Message(err))
+			} else {
+				m.log.Info("re-attached", "sandbox", rec.ID)
+			}
+		case api.StateCreating, api.StateDeleting:
+			// A create or delete was cut off by a daemon crash: finish it as a delete.
+			m.log.Warn("cleaning up a sandbox left half-made", "sandbox", rec.ID, "state", rec.State)
+			if rt, ok := m.runtimes[rec.Runtime]; ok {
+				if err := rt.Delete(ctx, rec.ID, rec.RuntimeState); err != nil {
+					m.log.Error("clean-up failed", "sandbox", rec.ID, "err", err)
+					continue
+				}
+			}
+			m.store.DeleteSandbox(ctx, rec.ID)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) attach(ctx context.Context, rec store.Sandbox) error {
+	rt, ok := m.runtimes[rec.Runtime]
+	if !ok {
+		return errdefs.New(errdefs.Unavailable, "runtime %q is not available in this daemon", rec.Runtime)
+	}
+	var spec api.CreateSandboxRequest
+	if err := json.Unmarshal(rec.Spec, &spec); err != nil {
+		return fmt.Errorf("bad stored spec: %w", err)
+	}
+	inst, err := rt.Attach(ctx, rec.ID, rec.RuntimeState)
+	if err != nil {
+		return err
+	}
+	return m.connect(ctx, rec.ID, inst, spec)
+}
+
+// connect authenticates the guest and registers the sandbox as live.
+func (m *Manager) connect(ctx context.Context, id string, inst *runtime.Instance, spec api.CreateSandboxRequest) error {
+	gc := guestclient.New(id, inst.Token, inst.Dial)
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := gc.Hello(hctx); err != nil {
+		gc.Close()
+		return err
+	}
+	m.mu.Lock()
+	m.live[id] = &liveSandbox{inst: inst, guest: gc, spec: spec}
+	m.mu.Unlock()
+	m.wg.Add(1)
+	go m.watch(id, inst)
+	return nil
+}
+
+// watch marks a sandbox in error when its init exits without a delete.
+func (m *Manager) watch(id string, inst *runtime.Instance) {
+	defer m.wg.Done()
+	select {
+	case <-m.ctx.Done():
+		return
+	case <-inst.Exited:
+	}
+	m.mu.Lock()
+	ls, ok := m.live[id]
+	if ok && ls.inst == inst {
+		delete(m.live, id)
+	}
+	m.mu.Unlock()
+	if !ok || ls.inst != inst {
+		return // deleted on purpose
+	}
+	ls.guest.Close()
+	m.log.Warn("sandbox init exited", "sandbox", id)
+	m.store.UpdateState(context.Background(), id, api.StateError, "the sandbox's init exited")
+}
+
+// Close stops the manager's watchers and drops guest connections. Sandboxes keep running.
+func (m *Manager) Close() {
+	m.cancel()
+	m.wg.Wait()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ls := range m.live {
+		ls.guest.Close()
+	}
+}
+
+// Create makes a sandbox and waits until its guest answers.
+func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	req, err := m.normalize(req)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	rt := m.runtimes[req.Runtime]
+	id, err := newID()
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	specJSON, _ := json.Marshal(req)
+	now := time.Now().UTC()
+	rec := store.Sandbox{ID: id, Tenant: tenant, State: api.StateCreating, Image: req.Image, Runtime: req.Runtime,
+		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now}
+	if err := m.store.CreateSandbox(ctx, rec); err != nil {
+		return api.Sandbox{}, err
+	}
+	// From here a failure must remove the row (and the runtime rolls back its own half).
+	fail := func(err error) (api.Sandbox, error) {
+		m.store.DeleteSandbox(context.Background(), id)
+		return api.Sandbox{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
+	defer cancel()
+	inst, err := rt.Create(cctx, runtime.Spec{ID: id, Image: req.Image, Limits: runtime.Limits(req.Limits)})
+	if err != nil {
+		return fail(err)
+	}
+	if err := m.store.SetRuntimeState(ctx, id, inst.State); err != nil {
+		rt.Delete(context.Background(), id, inst.State)
+		return fail(err)
+	}
+	if err := m.connect(cctx, id, inst, req); err != nil {
+		rt.Delete(context.Background(), id, inst.State)
+		return fail(err)
+	}
+	if err := m.store.UpdateState(ctx, id, api.StateRunning, ""); err != nil {
+		m.drop(id)
+		rt.Delete(context.Background(), id, inst.State)
+		return fail(err)
+	}
+	rec.State = api.StateRunning
+	return toAPI(rec, req), nil
+}
+
+// drop forgets a live sandbox's connection.
+func (m *Manager) drop(id string) {
+	m.mu.Lock()
+	ls, ok := m.live[id]
+	delete(m.live, id)
+	m.mu.Unlock()
+	if ok {
+		ls.guest.Close()
+	}
+}
+
+// Get returns a sandbox of tenant ("" for any).
+func (m *Manager) Get(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return recordToAPI(rec)
+}
+
+func (m *Manager) record(ctx context.Context, tenant, id string) (store.Sandbox, error) {
+	rec, err := m.store.GetSandbox(ctx, id)
+	if err != nil {
+		return rec, err
+	}
+	if tenant != "" && rec.Tenant != tenant {
+		return store.Sandbox{}, errdefs.New(errdefs.NotFound, "sandbox %q not found", id)
+	}
+	return rec, nil
+}
+
+// List returns the tenant's sandboxes that match sel.
+func (m *Manager) List(ctx context.Context, tenant string, sel labels.Selector) ([]api.Sandbox, error) {
+	recs, err := m.store.ListSandboxes(ctx, tenant, sel)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Sandbox, 0, len(recs))
+	for _, rec := range recs {
+		sb, err := recordToAPI(rec)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	return out, nil
+}
+
+// Delete stops a sandbox and removes every trace of it.
+func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if err := m.store.UpdateState(ctx, id, api.StateDeleting, ""); err != nil {
+		return err
+	}
+	m.drop(id)
+	rt, ok := m.runtimes[rec.Runtime]
+	if !ok {
+		return errdefs.New(errdefs.Unavailable, "sandbox %s: runtime %q is not available in this daemon", id, rec.Runtime)
+	}
+	if err := rt.Delete(ctx, id, rec.RuntimeState); err != nil {
+		m.store.UpdateState(context.Background(), id, api.StateError, "delete failed: "+err.Error())
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	return m.store.DeleteSandbox(ctx, id)
+}
+
+// guest returns the live connection of a running sandbox of tenant.
+func (m *Manager) guest(ctx context.Context, tenant, id string) (*liveSandbox, error) {
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	ls, ok := m.live[id]
+	m.mu.Unlock()
+	if !ok || rec.State != api.StateRunning {
+		msg := ""
+		if rec.Error != "" {
+			msg = " (" + rec.Error + ")"
+		}
+		return nil, errdefs.New(errdefs.Conflict, "sandbox %s is %s%s, not running", id, rec.State, msg)
+	}
+	return ls, nil
+}
+
+func toAPI(rec store.Sandbox, spec api.CreateSandboxRequest) api.Sandbox {
+	return api.Sandbox{
+		ID: rec.ID, State: rec.State, Image: rec.Image, Runtime: rec.Runtime, Env: spec.Env,
+		Workdir: spec.Workdir, User: spec.User, Labels: rec.Labels, Limits: spec.Limits,
+		CreatedAt: rec.CreatedAt, Error: rec.Error,
+	}
+}
+
+func recordToAPI(rec store.Sandbox) (api.Sandbox, error) {
+	var spec api.CreateSandboxRequest
+	if err := json.Unmarshal(rec.Spec, &spec); err != nil {
+		return api.Sandbox{}, fmt.Errorf("sandbox %s: bad stored spec: %w", rec.ID, err)
+	}
+	return toAPI(rec, spec), nil
+}
+
+// newID returns "sb-" and 12 random lowercase base32 characters: a valid
+// hostname, short enough to type, 60 bits of randomness.
+func newID() (string, error) {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("random id: %w", err)
+	}
+	for i := range b {
+		b[i] = alphabet[b[i]&31]
+	}
+	return "sb-" + string(b), nil
+}

@@ -1,0 +1,166 @@
+package sandbox
+
+import (
+	"path"
+	"regexp"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/labels"
+)
+
+// Bounds on requests. A limit outside them is refused with the range.
+const (
+	minMemory      = 32 << 20 // the guest itself needs a few MiB
+	minPids        = 32       // the guest's own threads count
+	maxPids        = 1 << 22
+	defaultOutput  = 4 << 20
+	maxOutput      = 64 << 20
+	maxStdin       = 16 << 20
+	maxEnvEntries  = 512
+	maxEnvValue    = 128 << 10
+	maxArgs        = 4096
+	maxArgBytes    = 1 << 20
+	maxTimeoutMs   = 7 * 24 * 3600 * 1000
+	defaultWorkdir = "/home/user"
+	defaultUser    = "user"
+)
+
+var (
+	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
+	userRE   = regexp.MustCompile(`^([a-z_][a-z0-9_.-]{0,31}\$?|[0-9]{1,10}(:[0-9]{1,10})?)$`)
+)
+
+// normalize validates a create request and fills its defaults.
+func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequest, error) {
+	if req.Image == "" {
+		req.Image = "host"
+	}
+	if req.Runtime == "" {
+		req.Runtime = m.cfg.DefaultRuntime
+	}
+	if _, ok := m.runtimes[req.Runtime]; !ok {
+		return req, errdefs.New(errdefs.InvalidArgument, "runtime: %q is not available (have %v)", req.Runtime, m.Runtimes())
+	}
+	if err := validateEnv("env", req.Env); err != nil {
+		return req, err
+	}
+	if req.Workdir == "" {
+		req.Workdir = defaultWorkdir
+	}
+	if err := validateDir("workdir", req.Workdir); err != nil {
+		return req, err
+	}
+	if req.User == "" {
+		req.User = defaultUser
+	}
+	if !userRE.MatchString(req.User) {
+		return req, errdefs.New(errdefs.InvalidArgument, "user: %q is neither a user name nor uid[:gid]", req.User)
+	}
+	if err := labels.Validate(req.Labels); err != nil {
+		return req, err
+	}
+	l := &req.Limits
+	d := m.cfg.DefaultLimits
+	if l.CPUs == 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	ncpu := float64(runtime.NumCPU())
+	if l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01) || l.CPUs > ncpu {
+		return req, errdefs.New(errdefs.InvalidArgument, "limits.cpus: %g is outside 0.01..%g (0 = no limit)", l.CPUs, ncpu)
+	}
+	if total := hostMemory(); l.MemoryBytes < 0 || (l.MemoryBytes > 0 && l.MemoryBytes < minMemory) || (total > 0 && l.MemoryBytes > total) {
+		return req, errdefs.New(errdefs.InvalidArgument, "limits.memory_bytes: %d is outside %d..%d (0 = no limit)", l.MemoryBytes, minMemory, total)
+	}
+	if l.Pids < 0 || (l.Pids > 0 && l.Pids < minPids) || l.Pids > maxPids {
+		return req, errdefs.New(errdefs.InvalidArgument, "limits.pids: %d is outside %d..%d (0 = no limit)", l.Pids, minPids, maxPids)
+	}
+	return req, nil
+}
+
+func hostMemory() int64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
+}
+
+func validateEnv(field string, env map[string]string) error {
+	if len(env) > maxEnvEntries {
+		return errdefs.New(errdefs.InvalidArgument, "%s: %d entries, at most %d", field, len(env), maxEnvEntries)
+	}
+	for k, v := range env {
+		if !envKeyRE.MatchString(k) {
+			return errdefs.New(errdefs.InvalidArgument, "%s: invalid variable name %q", field, k)
+		}
+		if strings.IndexByte(v, 0) >= 0 || len(v) > maxEnvValue {
+			return errdefs.New(errdefs.InvalidArgument, "%s.%s: value holds a NUL byte or is over %d bytes", field, k, maxEnvValue)
+		}
+	}
+	return nil
+}
+
+func validateDir(field, dir string) error {
+	if !path.IsAbs(dir) || strings.IndexByte(dir, 0) >= 0 || len(dir) > 4096 {
+		return errdefs.New(errdefs.InvalidArgument, "%s: %q must be an absolute path without NUL bytes", field, dir)
+	}
+	return nil
+}
+
+// validateExec checks an exec request on its own.
+func validateExec(req api.ExecRequest) error {
+	if (len(req.Cmd) == 0) == (req.Shell == "") {
+		return errdefs.New(errdefs.InvalidArgument, "cmd, shell: give exactly one of them")
+	}
+	if len(req.Cmd) > maxArgs {
+		return errdefs.New(errdefs.InvalidArgument, "cmd: %d arguments, at most %d", len(req.Cmd), maxArgs)
+	}
+	total := len(req.Shell)
+	for i, a := range req.Cmd {
+		if strings.IndexByte(a, 0) >= 0 {
+			return errdefs.New(errdefs.InvalidArgument, "cmd[%d]: holds a NUL byte", i)
+		}
+		total += len(a)
+	}
+	if req.Cmd != nil && req.Cmd[0] == "" {
+		return errdefs.New(errdefs.InvalidArgument, "cmd[0]: empty program name")
+	}
+	if strings.IndexByte(req.Shell, 0) >= 0 {
+		return errdefs.New(errdefs.InvalidArgument, "shell: holds a NUL byte")
+	}
+	if total > maxArgBytes {
+		return errdefs.New(errdefs.InvalidArgument, "cmd: %d bytes of arguments, at most %d", total, maxArgBytes)
+	}
+	if err := validateEnv("env", req.Env); err != nil {
+		return err
+	}
+	if req.Cwd != "" {
+		if err := validateDir("cwd", req.Cwd); err != nil {
+			return err
+		}
+	}
+	if req.User != "" && !userRE.MatchString(req.User) {
+		return errdefs.New(errdefs.InvalidArgument, "user: %q is neither a user name nor uid[:gid]", req.User)
+	}
+	if len(req.Stdin) > maxStdin {
+		return errdefs.New(errdefs.InvalidArgument, "stdin: %d bytes, at most %d", len(req.Stdin), maxStdin)
+	}
+	if req.TimeoutMs < 0 || req.TimeoutMs > maxTimeoutMs {
+		return errdefs.New(errdefs.InvalidArgument, "timeout_ms: %d is outside 0..%d", req.TimeoutMs, maxTimeoutMs)
+	}
+	if req.MaxOutputBytes < 0 || req.MaxOutputBytes > maxOutput {
+		return errdefs.New(errdefs.InvalidArgument, "max_output_bytes: %d is outside 0..%d", req.MaxOutputBytes, maxOutput)
+	}
+	return nil
+}
