@@ -1,0 +1,516 @@
+// Package cli holds berth's user commands (create, exec, run, ls, inspect,
+// rm, ps, kill, logs), thin over the Go client and shaped like docker's.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/client"
+	"github.com/berthsh/berth/errdefs"
+)
+
+// ExitError carries a command's exit code to main, which exits with it.
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return "exit status " + strconv.Itoa(e.Code) }
+
+// AddCommands adds the user commands and the --url flag to root.
+func AddCommands(root *cobra.Command) {
+	def := os.Getenv("BERTH_URL")
+	if def == "" {
+		def = client.DefaultURL
+	}
+	url := root.PersistentFlags().String("url", def, "berth daemon URL: http://host:port or unix:///path (env BERTH_URL)")
+	connect := func() (*client.Client, error) {
+		return client.New(*url, client.WithAPIKey(os.Getenv("BERTH_API_KEY")))
+	}
+	root.AddCommand(
+		createCommand(connect), execCommand(connect), runCommand(connect), lsCommand(connect),
+		inspectCommand(connect), rmCommand(connect), psCommand(connect), killCommand(connect), logsCommand(connect),
+	)
+}
+
+type connector func() (*client.Client, error)
+
+// createFlags are the flags of create and run.
+type createFlags struct {
+	image, workdir, user string
+	labels, env          []string
+	memory               string
+	cpus                 float64
+	pids                 int64
+}
+
+func (f *createFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.image, "image", "", "image (default host)")
+	fl.StringArrayVarP(&f.labels, "label", "l", nil, "label k=v (repeatable)")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V (repeatable)")
+	fl.StringVarP(&f.workdir, "workdir", "w", "", "default working directory")
+	fl.StringVarP(&f.user, "user", "u", "", "default user (name or uid[:gid])")
+	fl.StringVarP(&f.memory, "memory", "m", "", "memory limit, e.g. 512M or 2G")
+	fl.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores, e.g. 0.5")
+	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
+}
+
+func (f *createFlags) request() (api.CreateSandboxRequest, error) {
+	req := api.CreateSandboxRequest{Image: f.image, Workdir: f.workdir, User: f.user,
+		Limits: api.Limits{CPUs: f.cpus, Pids: f.pids}}
+	var err error
+	if req.Labels, err = parsePairs("--label", f.labels); err != nil {
+		return req, err
+	}
+	if req.Env, err = parsePairs("--env", f.env); err != nil {
+		return req, err
+	}
+	if f.memory != "" {
+		if req.Limits.MemoryBytes, err = ParseSize(f.memory); err != nil {
+			return req, fmt.Errorf("--memory: %w", err)
+		}
+	}
+	return req, nil
+}
+
+func parsePairs(flag string, items []string) (map[string]string, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, it := range items {
+		k, v, ok := strings.Cut(it, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%s %q: want KEY=VALUE", flag, it)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// ParseSize reads a byte size with an optional K, M, G or T suffix (powers of
+// 1024, like docker; "Ki", "MiB" and "MB" spellings are accepted too).
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	upper := strings.ToUpper(t)
+	upper = strings.TrimSuffix(upper, "B")
+	upper = strings.TrimSuffix(upper, "I")
+	mult := int64(1)
+	if n := len(upper); n > 0 {
+		switch upper[n-1] {
+		case 'K':
+			mult, upper = 1<<10, upper[:n-1]
+		case 'M':
+			mult, upper = 1<<20, upper[:n-1]
+		case 'G':
+			mult, upper = 1<<30, upper[:n-1]
+		case 'T':
+			mult, upper = 1<<40, upper[:n-1]
+		}
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(upper), 64)
+	if err != nil || f < 0 || f*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("%q is not a size like 512M or 2G", s)
+	}
+	return int64(f * float64(mult)), nil
+}
+
+// execFlags are the flags of exec and run.
+type execFlags struct {
+	interactive bool
+	env         []string
+	workdir     string
+	user        string
+	timeout     time.Duration
+}
+
+func (f *execFlags) add(cmd *cobra.Command, withEnv bool) {
+	fl := cmd.Flags()
+	fl.BoolVarP(&f.interactive, "interactive", "i", false, "send the CLI's standard input to the command")
+	if withEnv {
+		fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V (repeatable)")
+		fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory")
+		fl.StringVarP(&f.user, "user", "u", "", "user (name or uid[:gid])")
+	}
+	fl.DurationVar(&f.timeout, "timeout", 0, "kill the command after this long (e.g. 30s; 0: never)")
+}
+
+func (f *execFlags) request(cmd *cobra.Command, argv []string) (api.ExecRequest, error) {
+	req := api.ExecRequest{Cmd: argv, Cwd: f.workdir, User: f.user, TimeoutMs: f.timeout.Milliseconds()}
+	var err error
+	if req.Env, err = parsePairs("--env", f.env); err != nil {
+		return req, err
+	}
+	if f.interactive {
+		if req.Stdin, err = io.ReadAll(cmd.InOrStdin()); err != nil {
+			return req, fmt.Errorf("read stdin: %w", err)
+		}
+	}
+	return req, nil
+}
+
+// streamExec runs req with live output and turns the result into an exit code.
+func streamExec(ctx context.Context, cmd *cobra.Command, c *client.Client, id string, req api.ExecRequest) error {
+	st, err := c.ExecStream(ctx, id, req)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	res, err := st.Copy(cmd.OutOrStdout(), cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	return exitFor(cmd, res, req)
+}
+
+func exitFor(cmd *cobra.Command, res api.ExecResult, req api.ExecRequest) error {
+	stderr := cmd.ErrOrStderr()
+	if res.StdoutTruncated || res.StderrTruncated {
+		fmt.Fprintln(stderr, "berth: output truncated (over the per-stream limit)")
+	}
+	if res.TimedOut {
+		fmt.Fprintf(stderr, "berth: timed out after %s\n", time.Duration(req.TimeoutMs)*time.Millisecond)
+		return &ExitError{Code: 124}
+	}
+	if res.ExitCode != 0 {
+		return &ExitError{Code: res.ExitCode}
+	}
+	return nil
+}
+
+// argvAfterDash splits "ID -- CMD ARGS" style arguments.
+func argvAfterDash(cmd *cobra.Command, args []string, before int) ([]string, []string, error) {
+	dash := cmd.ArgsLenAtDash()
+	if dash < 0 {
+		dash = before
+	}
+	if dash != before || len(args) <= before {
+		return nil, nil, fmt.Errorf("usage: %s", cmd.UseLine())
+	}
+	return args[:before], args[before:], nil
+}
+
+func createCommand(connect connector) *cobra.Command {
+	var f createFlags
+	cmd := &cobra.Command{
+		Use:   "create [flags]",
+		Short: "Create a sandbox and print its id",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req, err := f.request()
+			if err != nil {
+				return err
+			}
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			sb, err := c.CreateSandbox(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+			return nil
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func execCommand(connect connector) *cobra.Command {
+	var f execFlags
+	cmd := &cobra.Command{
+		Use:   "exec [flags] ID -- CMD [ARG...]",
+		Short: "Run a command in a sandbox, streaming its output; exits with its code",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, argv, err := argvAfterDash(cmd, args, 1)
+			if err != nil {
+				return err
+			}
+			req, err := f.request(cmd, argv)
+			if err != nil {
+				return err
+			}
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			return streamExec(cmd.Context(), cmd, c, ids[0], req)
+		},
+	}
+	f.add(cmd, true)
+	return cmd
+}
+
+func runCommand(connect connector) *cobra.Command {
+	var cf createFlags
+	var ef execFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARG...]",
+		Short: "Create a sandbox, run one command in it, remove it; exits with the command's code",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, argv, err := argvAfterDash(cmd, args, 0)
+			if err != nil {
+				return err
+			}
+			creq, err := cf.request()
+			if err != nil {
+				return err
+			}
+			ereq, err := ef.request(cmd, argv)
+			if err != nil {
+				return err
+			}
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			sb, err := c.CreateSandbox(ctx, creq)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				// Remove even after Ctrl-C: the command's context is gone by then.
+				dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := c.DeleteSandbox(dctx, sb.ID); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "berth: remove %s: %v\n", sb.ID, err)
+				}
+			}()
+			return streamExec(ctx, cmd, c, sb.ID, ereq)
+		},
+	}
+	cf.add(cmd)
+	ef.add(cmd, false)
+	return cmd
+}
+
+func lsCommand(connect connector) *cobra.Command {
+	var labels []string
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:   "ls [--label k=v]...",
+		Short: "List sandboxes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sel, err := parsePairs("--label", labels)
+			if err != nil {
+				return err
+			}
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			list, err := c.ListSandboxes(cmd.Context(), sel)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if quiet {
+				for _, sb := range list {
+					fmt.Fprintln(out, sb.ID)
+				}
+				return nil
+			}
+			writeTable(out, list, time.Now())
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label k=v (repeatable, ANDed)")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only")
+	return cmd
+}
+
+func writeTable(out io.Writer, list []api.Sandbox, now time.Time) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tCREATED\tLABELS")
+	for _, sb := range list {
+		keys := make([]string, 0, len(sb.Labels))
+		for k := range sb.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + "=" + sb.Labels[k]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Image, ago(now.Sub(sb.CreatedAt)), strings.Join(parts, ","))
+	}
+	tw.Flush()
+}
+
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	default:
+		return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+	}
+}
+
+func inspectCommand(connect connector) *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect ID...",
+		Short: "Show sandboxes as JSON",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			var out []api.Sandbox
+			for _, id := range args {
+				sb, err := c.GetSandbox(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				out = append(out, sb)
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			if len(out) == 1 {
+				return enc.Encode(out[0])
+			}
+			return enc.Encode(out)
+		},
+	}
+}
+
+func rmCommand(connect connector) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "rm [-f] ID...",
+		Short: "Remove sandboxes (every process, file and cgroup)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			var failed error
+			for _, id := range args {
+				err := c.DeleteSandbox(cmd.Context(), id)
+				if err != nil && !(force && errdefs.IsNotFound(err)) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "berth: %v\n", err)
+					failed = &ExitError{Code: 1}
+					continue
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+			}
+			return failed
+		},
+	}
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "ignore sandboxes that do not exist")
+	return cmd
+}
+
+func psCommand(connect connector) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ps ID",
+		Short: "List a sandbox's processes started through the API",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			list, err := c.ListProcesses(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PID\tSTATUS\tCOMMAND")
+			for _, p := range list {
+				status := "running"
+				if p.Result != nil {
+					status = "exited " + strconv.Itoa(p.Result.ExitCode)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\n", p.Pid, status, strings.Join(p.Cmd, " "))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func killCommand(connect connector) *cobra.Command {
+	var sig string
+	cmd := &cobra.Command{
+		Use:   "kill [-s SIGNAL] ID PID",
+		Short: "Signal a process group in a sandbox",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := strconv.Atoi(args[1])
+			if err != nil {
+				return fmt.Errorf("PID %q is not a number", args[1])
+			}
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			return c.SignalProcess(cmd.Context(), args[0], pid, sig)
+		},
+	}
+	cmd.Flags().StringVarP(&sig, "signal", "s", "KILL", "signal name or number")
+	return cmd
+}
+
+func logsCommand(connect connector) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs [-f] ID PID",
+		Short: "Print a process's output (kept from its start)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := strconv.Atoi(args[1])
+			if err != nil {
+				return fmt.Errorf("PID %q is not a number", args[1])
+			}
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			st, err := c.ProcessOutput(cmd.Context(), args[0], pid, follow)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			for {
+				ev, err := st.Next()
+				if err == io.EOF {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				switch ev.Type {
+				case api.EventStdout:
+					cmd.OutOrStdout().Write(ev.Data)
+				case api.EventStderr:
+					cmd.ErrOrStderr().Write(ev.Data)
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow live output until the process ends")
+	return cmd
+}

@@ -1,0 +1,373 @@
+// Package client is the Go client of berth's HTTP API: client.New(url) and
+// one method per operation, with errors that errdefs classifies the same way
+// on both sides of the wire.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
+)
+
+// DefaultURL is where a local daemon listens.
+const DefaultURL = "http://127.0.0.1:7680"
+
+// Client talks to one berth daemon.
+type Client struct {
+	base      string // scheme://host, no trailing slash
+	display   string // the URL as the user gave it, for messages
+	http      *http.Client
+	apiKey    string
+	userAgent string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient replaces the HTTP client (its transport is kept for unix:// URLs only if you set none).
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithAPIKey sends key as a bearer token.
+func WithAPIKey(key string) Option { return func(c *Client) { c.apiKey = key } }
+
+// WithUserAgent sets the User-Agent header.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// New returns a client for rawURL: http(s)://host:port or unix:///path/to/berth.sock.
+func New(rawURL string, opts ...Option) (*Client, error) {
+	if rawURL == "" {
+		rawURL = DefaultURL
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, errdefs.New(errdefs.InvalidArgument, "berth URL %q: %v", rawURL, err)
+	}
+	c := &Client{display: rawURL, userAgent: "berth-go"}
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	switch u.Scheme {
+	case "http", "https":
+		c.base = u.Scheme + "://" + u.Host
+	case "unix":
+		sock := u.Path
+		if sock == "" {
+			return nil, errdefs.New(errdefs.InvalidArgument, "berth URL %q: no socket path", rawURL)
+		}
+		c.base = "http://berth"
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}
+	default:
+		return nil, errdefs.New(errdefs.InvalidArgument, "berth URL %q: scheme must be http, https or unix", rawURL)
+	}
+	c.http = &http.Client{Transport: tr}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// URL is the daemon's URL as given.
+func (c *Client) URL() string { return c.display }
+
+func (c *Client) request(ctx context.Context, method, path string, query url.Values, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	u := c.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	req.Header.Set("User-Agent", c.userAgent)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, errdefs.Wrap(errdefs.Unavailable, err, "berth daemon not reachable at %s", c.display)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+// decodeError turns an error response into a classified error.
+func decodeError(resp *http.Response) error {
+	var body api.ErrorResponse
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(b, &body) != nil || body.Error.Message == "" {
+		return errdefs.New(classForStatus(resp.StatusCode), "HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	class := errdefs.Internal
+	if errdefs.Known(body.Error.Class) {
+		class = errdefs.Class(body.Error.Class)
+	}
+	return errdefs.New(class, "%s", body.Error.Message)
+}
+
+func classForStatus(code int) errdefs.Class {
+	switch code {
+	case http.StatusNotFound:
+		return errdefs.NotFound
+	case http.StatusBadRequest:
+		return errdefs.InvalidArgument
+	case http.StatusConflict:
+		return errdefs.Conflict
+	case http.StatusServiceUnavailable:
+		return errdefs.Unavailable
+	case http.StatusUnauthorized:
+		return errdefs.Unauthenticated
+	default:
+		return errdefs.Internal
+	}
+}
+
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	resp, err := c.request(ctx, method, path, query, in)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+func sbPath(id string, rest ...string) string {
+	p := "/v1/sandboxes/" + url.PathEscape(id)
+	for _, r := range rest {
+		p += "/" + r
+	}
+	return p
+}
+
+func procPath(id string, pid int, rest ...string) string {
+	return sbPath(id, append([]string{"processes", strconv.Itoa(pid)}, rest...)...)
+}
+
+// Health checks that the daemon answers.
+func (c *Client) Health(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/healthz", nil, nil, nil)
+}
+
+// Version returns the daemon's version and runtimes.
+func (c *Client) Version(ctx context.Context) (api.VersionResponse, error) {
+	var v api.VersionResponse
+	err := c.do(ctx, http.MethodGet, "/v1/version", nil, nil, &v)
+	return v, err
+}
+
+// CreateSandbox creates a sandbox and returns it running.
+func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes", nil, req, &sb)
+	return sb, err
+}
+
+// GetSandbox returns one sandbox.
+func (c *Client) GetSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodGet, sbPath(id), nil, nil, &sb)
+	return sb, err
+}
+
+// ListSandboxes lists sandboxes that carry every label in labels.
+func (c *Client) ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error) {
+	q := url.Values{}
+	for k, v := range labels {
+		q.Add("label", k+"="+v)
+	}
+	var out api.ListSandboxesResponse
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes", q, nil, &out)
+	return out.Sandboxes, err
+}
+
+// DeleteSandbox deletes a sandbox and every trace of it.
+func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, sbPath(id), nil, nil, nil)
+}
+
+// Exec runs a command and waits for its result.
+func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	var r api.ExecResult
+	err := c.do(ctx, http.MethodPost, sbPath(id, "exec"), nil, req, &r)
+	return r, err
+}
+
+// ExecStream runs a command and streams its events.
+func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest) (*ExecStream, error) {
+	resp, err := c.request(ctx, http.MethodPost, sbPath(id, "exec"), url.Values{"stream": {"true"}}, req)
+	if err != nil {
+		return nil, err
+	}
+	return newExecStream(resp.Body), nil
+}
+
+// StartProcess starts a background process.
+func (c *Client) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
+	var p api.Process
+	err := c.do(ctx, http.MethodPost, sbPath(id, "processes"), nil, req, &p)
+	return p, err
+}
+
+// ListProcesses lists a sandbox's processes started through the API.
+func (c *Client) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
+	var out api.ListProcessesResponse
+	err := c.do(ctx, http.MethodGet, sbPath(id, "processes"), nil, nil, &out)
+	return out.Processes, err
+}
+
+// GetProcess describes one process (with its result and output once ended).
+func (c *Client) GetProcess(ctx context.Context, id string, pid int) (api.Process, error) {
+	var p api.Process
+	err := c.do(ctx, http.MethodGet, procPath(id, pid), nil, nil, &p)
+	return p, err
+}
+
+// ProcessOutput streams a process's kept output, then live output if follow.
+func (c *Client) ProcessOutput(ctx context.Context, id string, pid int, follow bool) (*ExecStream, error) {
+	q := url.Values{}
+	if follow {
+		q.Set("follow", "true")
+	}
+	resp, err := c.request(ctx, http.MethodGet, procPath(id, pid, "output"), q, nil)
+	if err != nil {
+		return nil, err
+	}
+	return newExecStream(resp.Body), nil
+}
+
+// WaitProcess waits for a process to end; timeout 0 waits without limit.
+func (c *Client) WaitProcess(ctx context.Context, id string, pid int, timeout time.Duration) (api.ExecResult, error) {
+	q := url.Values{}
+	if timeout > 0 {
+		q.Set("timeout_ms", strconv.FormatInt(timeout.Milliseconds(), 10))
+	}
+	var r api.ExecResult
+	err := c.do(ctx, http.MethodPost, procPath(id, pid, "wait"), q, nil, &r)
+	return r, err
+}
+
+// SignalProcess signals a process's group; signal is a name ("TERM") or number.
+func (c *Client) SignalProcess(ctx context.Context, id string, pid int, signal string) error {
+	return c.do(ctx, http.MethodPost, procPath(id, pid, "signal"), nil, api.SignalRequest{Signal: signal}, nil)
+}
+
+// RemoveProcess forgets a finished process.
+func (c *Client) RemoveProcess(ctx context.Context, id string, pid int) error {
+	return c.do(ctx, http.MethodDelete, procPath(id, pid), nil, nil, nil)
+}
+
+// ExecStream reads the NDJSON events of a streamed exec or process output.
+type ExecStream struct {
+	body io.ReadCloser
+	sc   *bufio.Scanner
+	done bool
+}
+
+func newExecStream(body io.ReadCloser) *ExecStream {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 128<<20)
+	return &ExecStream{body: body, sc: sc}
+}
+
+// Next returns the next event; io.EOF after the exit event or at a clean end
+// of the stream; an error event is returned as a classified error.
+func (s *ExecStream) Next() (api.ExecEvent, error) {
+	if s.done {
+		return api.ExecEvent{}, io.EOF
+	}
+	if !s.sc.Scan() {
+		s.done = true
+		if err := s.sc.Err(); err != nil {
+			return api.ExecEvent{}, errdefs.Wrap(errdefs.Unavailable, err, "exec stream broken")
+		}
+		return api.ExecEvent{}, io.EOF // a clean end without an exit event: output of a running process, unfollowed
+	}
+	var ev api.ExecEvent
+	if err := json.Unmarshal(s.sc.Bytes(), &ev); err != nil {
+		return ev, fmt.Errorf("decode exec event: %w", err)
+	}
+	switch ev.Type {
+	case api.EventExit:
+		s.done = true
+	case api.EventError:
+		s.done = true
+		if ev.Error != nil {
+			class := errdefs.Internal
+			if errdefs.Known(ev.Error.Class) {
+				class = errdefs.Class(ev.Error.Class)
+			}
+			return ev, errdefs.New(class, "%s", ev.Error.Message)
+		}
+		return ev, errors.New("exec failed")
+	}
+	return ev, nil
+}
+
+// Copy writes the stream's output to stdout and stderr as it comes and
+// returns the result.
+func (s *ExecStream) Copy(stdout, stderr io.Writer) (api.ExecResult, error) {
+	for {
+		ev, err := s.Next()
+		if err == io.EOF {
+			return api.ExecResult{}, errdefs.New(errdefs.Unavailable, "exec stream ended without a result")
+		}
+		if err != nil {
+			return api.ExecResult{}, err
+		}
+		switch ev.Type {
+		case api.EventStdout:
+			if _, err := stdout.Write(ev.Data); err != nil {
+				return api.ExecResult{}, err
+			}
+		case api.EventStderr:
+			if _, err := stderr.Write(ev.Data); err != nil {
+				return api.ExecResult{}, err
+			}
+		case api.EventExit:
+			if ev.Result == nil {
+				return api.ExecResult{}, errdefs.New(errdefs.Unavailable, "exit event without a result")
+			}
+			return *ev.Result, nil
+		}
+	}
+}
+
+// Close ends the stream (and, for an exec, kills the process if it still runs).
+func (s *ExecStream) Close() error { return s.body.Close() }
