@@ -62,7 +62,7 @@ func lastCap() (int, error) {
 }
 
 // Restrict drops every capability not in keep from the bounding and ambient
-// sets and sets permitted, effective and inheritable to keep, on all threads.
+// sets, sets permitted and effective to keep and clears inheritable, on all threads.
 func Restrict(keep []Cap) error {
 	last, err := lastCap()
 	if err != nil {
@@ -84,7 +84,6 @@ func Restrict(keep []Cap) error {
 	var data [2]unix.CapUserData
 	data[0].Permitted, data[1].Permitted = uint32(mask), uint32(mask>>32)
 	data[0].Effective, data[1].Effective = uint32(mask), uint32(mask>>32)
-	data[0].Inheritable, data[1].Inheritable = uint32(mask), uint32(mask>>32)
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("capset: %w", e)
 	}

@@ -149,8 +149,11 @@ func killLoop(dir string) error {
 		if len(pids) == 0 {
 			return nil
 		}
+		self := os.Getpid()
 		for _, p := range pids {
-			syscall.Kill(p, syscall.SIGKILL)
+			if p != self { // never, even if a bug put one of our threads there
+				syscall.Kill(p, syscall.SIGKILL)
+			}
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("processes keep appearing in %s", dir)

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -56,7 +57,7 @@ func (m *v1Manager) controllers() []string {
 }
 
 func (m *v1Manager) group(id string) *v1Group {
-	g := &v1Group{id: id, dirs: map[string]string{}}
+	g := &v1Group{id: id, mounts: m.mounts, dirs: map[string]string{}}
 	for c, dir := range m.mounts {
 		g.dirs[c] = filepath.Join(dir, m.root, id)
 	}
@@ -96,9 +97,10 @@ func (m *v1Manager) Load(id string) (Group, error) {
 }
 
 type v1Group struct {
-	id    string
-	dirs  map[string]string
-	order []string
+	id     string
+	mounts map[string]string
+	dirs   map[string]string
+	order  []string
 }
 
 func (g *v1Group) Path() string { return g.dirs["memory"] }
@@ -136,22 +138,64 @@ func (g *v1Group) Set(l Limits) error {
 
 // Start forks cmd from an OS thread that first moved itself into the group,
 // so the child is born inside it (and CLONE_NEWCGROUP roots the child's
-// cgroup namespace at the group). The thread is never unlocked, so the Go
-// runtime throws it away instead of reusing it elsewhere.
+// cgroup namespace at the group). The thread moves back to where it was
+// right after the fork: the daemon must never be a member of a sandbox's
+// group, or killing the group would kill the daemon.
 func (g *v1Group) Start(cmd *exec.Cmd) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		tid := strconv.Itoa(unix.Gettid())
+		tid := unix.Gettid()
+		home, err := threadGroups(tid)
+		if err != nil {
+			errc <- err
+			return
+		}
+		back := func() error {
+			for _, c := range g.order {
+				if err := writeFile(filepath.Join(g.mounts[c], home[c]), "tasks", strconv.Itoa(tid)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		for _, c := range g.order {
-			if err := writeFile(g.dirs[c], "tasks", tid); err != nil {
+			if err := writeFile(g.dirs[c], "tasks", strconv.Itoa(tid)); err != nil {
+				back()
 				errc <- err
 				return
 			}
 		}
-		errc <- cmd.Start()
+		startErr := cmd.Start()
+		if err := back(); err != nil {
+			// Leave the thread locked: the runtime then retires it instead
+			// of running other goroutines in the sandbox's group.
+			errc <- errors.Join(startErr, fmt.Errorf("move thread out of the sandbox cgroup: %w", err))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- startErr
 	}()
 	return <-errc
+}
+
+// threadGroups reads a thread's cgroup path per v1 controller.
+func threadGroups(tid int) (map[string]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/cgroup", tid))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			out[c] = parts[2]
+		}
+	}
+	return out, nil
 }
 
 func (g *v1Group) Procs() ([]int, error) { return readProcs(g.dirs["pids"]) }

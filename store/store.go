@@ -172,7 +172,7 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 	if err != nil {
 		return sb, fmt.Errorf("get sandbox %s: %w", id, err)
 	}
-	all, err := s.labels(ctx, []string{id})
+	all, err := s.labels(ctx, id)
 	if err != nil {
 		return sb, err
 	}
@@ -180,16 +180,14 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 	return sb, nil
 }
 
-func (s *Store) labels(ctx context.Context, ids []string) (map[string]map[string]string, error) {
+// labels reads the labels of one sandbox, or of all when id is "".
+func (s *Store) labels(ctx context.Context, id string) (map[string]map[string]string, error) {
 	out := map[string]map[string]string{}
-	if len(ids) == 0 {
-		return out, nil
-	}
 	q := `SELECT sandbox_id, key, value FROM sandbox_labels`
 	var args []any
-	if len(ids) == 1 {
+	if id != "" {
 		q += ` WHERE sandbox_id = ?`
-		args = append(args, ids[0])
+		args = append(args, id)
 	}
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
@@ -197,14 +195,14 @@ func (s *Store) labels(ctx context.Context, ids []string) (map[string]map[string
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, k, v string
-		if err := rows.Scan(&id, &k, &v); err != nil {
+		var sid, k, v string
+		if err := rows.Scan(&sid, &k, &v); err != nil {
 			return nil, err
 		}
-		if out[id] == nil {
-			out[id] = map[string]string{}
+		if out[sid] == nil {
+			out[sid] = map[string]string{}
 		}
-		out[id][k] = v
+		out[sid][k] = v
 	}
 	return out, rows.Err()
 }
@@ -236,7 +234,7 @@ func (s *Store) ListSandboxes(ctx context.Context, tenant string, sel labels.Sel
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	lbls, err := s.labels(ctx, nil)
+	lbls, err := s.labels(ctx, "")
 	if err != nil {
 		return nil, err
 	}
