@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -41,7 +42,8 @@ func Main(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return reportFailure(status, fmt.Errorf("read init config: %w", err))
 	}
-	ln, err := setup(cfg)
+	t0 := time.Now()
+	ln, err := setup(cfg, log)
 	if err != nil {
 		return reportFailure(status, err)
 	}
@@ -55,7 +57,7 @@ func Main(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("report ready: %w", err)
 	}
 	status.Close()
-	log.Info("guest ready", "id", cfg.ID)
+	log.Info("guest ready", "id", cfg.ID, "setup", time.Since(t0))
 	err = Serve(ctx, ln, cfg.Token, table, log)
 	cancel()
 	table.Close()
@@ -72,7 +74,12 @@ func reportFailure(status *os.File, err error) error {
 
 // setup builds the sandbox: control socket, root filesystem, pivot, hostname,
 // loopback, and finally drops privileges. It returns the control listener.
-func setup(cfg guestapi.InitConfig) (net.Listener, error) {
+func setup(cfg guestapi.InitConfig, log *slog.Logger) (net.Listener, error) {
+	t := time.Now()
+	lap := func(phase string) {
+		log.Debug("setup", "phase", phase, "took", time.Since(t))
+		t = time.Now()
+	}
 	// The control socket is bound at a host path, before the pivot makes that
 	// path unreachable. Only the daemon (host root) can connect to it.
 	// It is bound through a descriptor of its directory so that a long state
@@ -102,14 +109,13 @@ func setup(cfg guestapi.InitConfig) (net.Listener, error) {
 		defer unix.Close(fd)
 		fds[name] = fd
 	}
+	lap("listen+open")
 	if err := buildRoot(cfg, fds); err != nil {
 		return nil, err
 	}
+	lap("root")
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return nil, fmt.Errorf("sethostname: %w", err)
-	}
-	if err := writeIdentity(cfg.Hostname); err != nil {
-		return nil, err
 	}
 	if err := loopbackUp(); err != nil {
 		return nil, err
@@ -119,6 +125,7 @@ func setup(cfg guestapi.InitConfig) (net.Listener, error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("set not dumpable: %w", err)
 	}
+	lap("identity")
 	if err := capability.Restrict(capability.Default()); err != nil {
 		return nil, fmt.Errorf("drop capabilities: %w", err)
 	}
@@ -131,6 +138,7 @@ func setup(cfg guestapi.InitConfig) (net.Listener, error) {
 			return nil, fmt.Errorf("install seccomp profile: %w", err)
 		}
 	}
+	lap("harden")
 	return ln, nil
 }
 
@@ -263,17 +271,6 @@ func mountProcDevSys(root string) error {
 	// sysfs needs a network namespace owned by our user namespace, which we have.
 	if err := unix.Mount("sysfs", p("sys"), "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /sys: %w", err)
-	}
-	return nil
-}
-
-// writeIdentity writes /etc/hostname and /etc/hosts for this sandbox into its writable layer.
-func writeIdentity(hostname string) error {
-	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
-	for name, content := range map[string]string{"/etc/hostname": hostname + "\n", "/etc/hosts": hosts} {
-		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
-		}
 	}
 	return nil
 }

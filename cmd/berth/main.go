@@ -19,13 +19,22 @@ import (
 )
 
 func main() {
+	// The guest is every sandbox's init: start it before building the CLI,
+	// since each millisecond here is a millisecond of every create.
+	if len(os.Args) == 2 && os.Args[1] == "guest" {
+		if err := runGuest(); err != nil {
+			fmt.Fprintln(os.Stderr, "berth guest:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	root := &cobra.Command{
 		Use:           "berth",
 		Short:         "berth gives every AI agent its own disposable, isolated computer",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), guestCommand())
+	root.AddCommand(serveCommand())
 	cli.AddCommands(root)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -72,15 +81,12 @@ func serveCommand() *cobra.Command {
 	return cmd
 }
 
-func guestCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:    "guest",
-		Short:  "Run as a sandbox's init (started by the daemon, not by hand)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			return guest.Main(context.Background(), log)
-		},
+// runGuest runs `berth guest`, started by the daemon as a sandbox's init.
+func runGuest() error {
+	level := slog.LevelInfo
+	if os.Getenv("BERTH_GUEST_DEBUG") != "" {
+		level = slog.LevelDebug
 	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return guest.Main(context.Background(), log)
 }
