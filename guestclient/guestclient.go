@@ -276,4 +276,3 @@ func truncate(s string, n int) string {
 	}
 	return s
 }
-
