@@ -65,9 +65,15 @@ func Berth(tb testing.TB) string {
 
 // StateDir returns a fresh state directory whose parents a sandbox's init can
 // traverse (t.TempDir's parents are 0700), removed at the end of the test.
+// It lives under $BERTH_TEST_STATE_ROOT, default /var/tmp/berth-test: on
+// disk like the daemon's /var/lib/berth (some hosts' /tmp is a tmpfs or, on
+// this project's VMs, a slow region of the disk).
 func StateDir(tb testing.TB) string {
 	tb.Helper()
-	base := filepath.Join(os.TempDir(), "berth-test")
+	base := os.Getenv("BERTH_TEST_STATE_ROOT")
+	if base == "" {
+		base = "/var/tmp/berth-test"
+	}
 	if err := os.MkdirAll(base, 0o711); err != nil {
 		tb.Fatal(err)
 	}

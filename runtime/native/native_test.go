@@ -34,7 +34,7 @@ func newRuntime(t *testing.T) (*native.Runtime, string) {
 
 func harness(t *testing.T) (runtimetest.Harness, string) {
 	rt, state := newRuntime(t)
-	return runtimetest.Harness{Runtime: rt, Leaks: func(id string) []string { return leaks(state, id) }}, state
+	return runtimetest.Harness{Runtime: rt, StateDir: state, Leaks: func(id string) []string { return leaks(state, id) }}, state
 }
 
 // leaks lists every trace of sandbox id on the host.
@@ -93,7 +93,7 @@ func TestRootInsideIsNotRootOutside(t *testing.T) {
 
 func sandboxDir(t *testing.T, h runtimetest.Harness, id string) string {
 	t.Helper()
-	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), "berth-test", "state-*", "sandboxes", id))
+	matches, _ := filepath.Glob(filepath.Join(h.StateDir, "sandboxes", id))
 	if len(matches) != 1 {
 		t.Fatalf("sandbox dir of %s: %v", id, matches)
 	}

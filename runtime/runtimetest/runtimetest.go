@@ -23,6 +23,8 @@ import (
 type Harness struct {
 	// Runtime is the runtime under test.
 	Runtime runtime.Runtime
+	// StateDir is the runtime's state directory.
+	StateDir string
 	// Leaks reports what a deleted (or never created) sandbox left behind on
 	// the host: processes, mounts, cgroups, files. Empty means clean.
 	Leaks func(id string) []string
