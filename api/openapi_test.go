@@ -29,6 +29,8 @@ var schemaTypes = map[string]reflect.Type{
 	"Error":                 reflect.TypeFor[Error](),
 	"ErrorResponse":         reflect.TypeFor[ErrorResponse](),
 	"VersionResponse":       reflect.TypeFor[VersionResponse](),
+	"Timeouts":              reflect.TypeFor[Timeouts](),
+	"UpdateSandboxRequest":  reflect.TypeFor[UpdateSandboxRequest](),
 }
 
 type schema struct {
@@ -289,7 +291,7 @@ func TestRoutesListsEveryOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(routes) != 14 {
-		t.Fatalf("%d operations, want 14: %v", len(routes), routes)
+	if len(routes) != 19 {
+		t.Fatalf("%d operations, want 19: %v", len(routes), routes)
 	}
 }

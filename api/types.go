@@ -8,13 +8,33 @@ import "time"
 // Version is the API version prefix of every route.
 const Version = "v1"
 
-// Sandbox states.
+// Sandbox states. Transitions (docs/lifecycle.md): creating → running;
+// running → stopping → stopped; stopped → starting → running; any settled
+// state → deleting → gone; a failed delete → error.
 const (
 	StateCreating = "creating"
 	StateRunning  = "running"
+	StateStopping = "stopping"
+	StateStopped  = "stopped"
+	StateStarting = "starting"
 	StateDeleting = "deleting"
 	StateError    = "error"
 )
+
+// Timeouts bound a sandbox's life. In a request, an absent field takes the
+// daemon's default and 0 turns that timeout off; a sandbox reports the
+// values in force.
+type Timeouts struct {
+	// IdleSeconds stops a running sandbox after this long without activity:
+	// an exec, a running process started through the API, an open stream, a
+	// keepalive.
+	IdleSeconds *int64 `json:"idle_timeout_s,omitempty"`
+	// DeleteAfterSeconds deletes a sandbox this long after it stopped.
+	DeleteAfterSeconds *int64 `json:"delete_after_s,omitempty"`
+	// MaxLifetimeSeconds stops a running sandbox this long after it was
+	// created, busy or not.
+	MaxLifetimeSeconds *int64 `json:"max_lifetime_s,omitempty"`
+}
 
 // Limits are a sandbox's resource ceilings. Zero means the daemon default.
 type Limits struct {
@@ -37,9 +57,10 @@ type CreateSandboxRequest struct {
 	// Workdir is the default working directory of execs (default /home/user).
 	Workdir string `json:"workdir,omitempty"`
 	// User is the default user of execs: a name or uid[:gid] inside the sandbox (default "user").
-	User   string            `json:"user,omitempty"`
-	Labels map[string]string `json:"labels,omitempty"`
-	Limits Limits            `json:"limits,omitzero"`
+	User     string            `json:"user,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Limits   Limits            `json:"limits,omitzero"`
+	Timeouts Timeouts          `json:"timeouts,omitzero"`
 }
 
 // Sandbox is the public view of a sandbox.
@@ -53,9 +74,19 @@ type Sandbox struct {
 	User      string            `json:"user"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	Limits    Limits            `json:"limits"`
+	Timeouts  Timeouts          `json:"timeouts"`
 	CreatedAt time.Time         `json:"created_at"`
-	// Error says why a sandbox is in the error state.
+	// StoppedAt is when the sandbox last stopped, while it is stopped.
+	StoppedAt *time.Time `json:"stopped_at,omitempty"`
+	// Error says why a sandbox is in the error state, or why it stopped
+	// when berth stopped it (a timeout, an init that died, a host restart).
 	Error string `json:"error,omitempty"`
+}
+
+// UpdateSandboxRequest is the body of PATCH /v1/sandboxes/{id}. Labels is a
+// merge patch: a string sets a label, null removes it.
+type UpdateSandboxRequest struct {
+	Labels map[string]*string `json:"labels,omitempty"`
 }
 
 // ListSandboxesResponse is the body of GET /v1/sandboxes.

@@ -41,6 +41,7 @@ func AddCommands(root *cobra.Command) {
 	root.AddCommand(
 		createCommand(connect), execCommand(connect), runCommand(connect), lsCommand(connect),
 		inspectCommand(connect), rmCommand(connect), psCommand(connect), killCommand(connect), logsCommand(connect),
+		stopCommand(connect), startCommand(connect), labelCommand(connect), getOrCreateCommand(connect),
 	)
 }
 
@@ -53,6 +54,8 @@ type createFlags struct {
 	memory               string
 	cpus                 float64
 	pids                 int64
+	idle, deleteAfter    string
+	maxLifetime          string
 }
 
 func (f *createFlags) add(cmd *cobra.Command) {
@@ -65,6 +68,26 @@ func (f *createFlags) add(cmd *cobra.Command) {
 	fl.StringVarP(&f.memory, "memory", "m", "", "memory limit, e.g. 512M or 2G")
 	fl.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores, e.g. 0.5")
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
+	fl.StringVar(&f.idle, "idle-timeout", "", "stop after this long without activity, e.g. 15m (0: never; default: the daemon's)")
+	fl.StringVar(&f.deleteAfter, "delete-after", "", "delete this long after stopping, e.g. 24h (0: never)")
+	fl.StringVar(&f.maxLifetime, "max-lifetime", "", "stop this long after creation, e.g. 7d (0: never)")
+}
+
+// ParseDuration reads a duration like time.ParseDuration, plus a "d" (day)
+// unit, with "0" meaning never.
+func ParseDuration(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%q is not a duration like 90s, 15m, 24h or 7d", s)
+		}
+		return time.Duration(n * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a duration like 90s, 15m, 24h or 7d", s)
+	}
+	return d, nil
 }
 
 func (f *createFlags) request() (api.CreateSandboxRequest, error) {
@@ -81,6 +104,24 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 		if req.Limits.MemoryBytes, err = ParseSize(f.memory); err != nil {
 			return req, fmt.Errorf("--memory: %w", err)
 		}
+	}
+	for _, t := range []struct {
+		flag, val string
+		dst       **int64
+	}{
+		{"--idle-timeout", f.idle, &req.Timeouts.IdleSeconds},
+		{"--delete-after", f.deleteAfter, &req.Timeouts.DeleteAfterSeconds},
+		{"--max-lifetime", f.maxLifetime, &req.Timeouts.MaxLifetimeSeconds},
+	} {
+		if t.val == "" {
+			continue
+		}
+		d, err := ParseDuration(t.val)
+		if err != nil {
+			return req, fmt.Errorf("%s: %w", t.flag, err)
+		}
+		secs := int64(d / time.Second)
+		*t.dst = &secs
 	}
 	return req, nil
 }
@@ -303,9 +344,10 @@ func runCommand(connect connector) *cobra.Command {
 
 func lsCommand(connect connector) *cobra.Command {
 	var labels []string
+	var selector string
 	var quiet bool
 	cmd := &cobra.Command{
-		Use:   "ls [--label k=v]...",
+		Use:   "ls [--label k=v]... [--selector 'a=b,c!=d,e,!f']",
 		Short: "List sandboxes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -317,7 +359,15 @@ func lsCommand(connect connector) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			list, err := c.ListSandboxes(cmd.Context(), sel)
+			var list []api.Sandbox
+			if selector != "" {
+				for k, v := range sel {
+					selector += "," + k + "=" + v
+				}
+				list, err = c.ListSandboxesSelector(cmd.Context(), selector)
+			} else {
+				list, err = c.ListSandboxes(cmd.Context(), sel)
+			}
 			if err != nil {
 				return err
 			}
@@ -333,6 +383,7 @@ func lsCommand(connect connector) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label k=v (repeatable, ANDed)")
+	cmd.Flags().StringVarP(&selector, "selector", "s", "", "label selector: k=v, k!=v, k (exists), !k (absent), comma-separated, ANDed")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only")
 	return cmd
 }
@@ -421,6 +472,122 @@ func rmCommand(connect connector) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "ignore sandboxes that do not exist")
+	return cmd
+}
+
+func stopCommand(connect connector) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stop ID...",
+		Short: "Stop sandboxes: end their processes, keep their files",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachSandbox(cmd, connect, args, func(c *client.Client, id string) error {
+				_, err := c.StopSandbox(cmd.Context(), id)
+				return err
+			})
+		},
+	}
+}
+
+func startCommand(connect connector) *cobra.Command {
+	return &cobra.Command{
+		Use:   "start ID...",
+		Short: "Start stopped sandboxes again, with their files",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachSandbox(cmd, connect, args, func(c *client.Client, id string) error {
+				_, err := c.StartSandbox(cmd.Context(), id)
+				return err
+			})
+		},
+	}
+}
+
+// eachSandbox runs fn for every id, printing the ids that worked and the
+// errors of the others, and fails if any failed.
+func eachSandbox(cmd *cobra.Command, connect connector, ids []string, fn func(*client.Client, string) error) error {
+	c, err := connect()
+	if err != nil {
+		return err
+	}
+	var failed error
+	for _, id := range ids {
+		if err := fn(c, id); err != nil {
+			if errdefs.IsUnavailable(err) && len(ids) == 1 {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "berth: %v\n", err)
+			failed = &ExitError{Code: 1}
+			continue
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), id)
+	}
+	return failed
+}
+
+func labelCommand(connect connector) *cobra.Command {
+	return &cobra.Command{
+		Use:   "label ID k=v... k-...",
+		Short: "Set (k=v) or remove (k-) labels of a sandbox",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			patch := map[string]*string{}
+			for _, a := range args[1:] {
+				if k, ok := strings.CutSuffix(a, "-"); ok && !strings.Contains(a, "=") {
+					patch[k] = nil
+					continue
+				}
+				k, v, ok := strings.Cut(a, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("label %q: want k=v to set or k- to remove", a)
+				}
+				patch[k] = &v
+			}
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			sb, err := c.UpdateLabels(cmd.Context(), args[0], patch)
+			if err != nil {
+				return err
+			}
+			keys := make([]string, 0, len(sb.Labels))
+			for k := range sb.Labels {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s=%s\n", k, sb.Labels[k])
+			}
+			return nil
+		},
+	}
+}
+
+func getOrCreateCommand(connect connector) *cobra.Command {
+	var f createFlags
+	cmd := &cobra.Command{
+		Use:   "get-or-create --label k=v [create flags]",
+		Short: "Print the id of the sandbox with these labels, creating (or starting) it if needed",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req, err := f.request()
+			if err != nil {
+				return err
+			}
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			sb, _, err := c.GetOrCreate(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+			return nil
+		},
+	}
+	f.add(cmd)
 	return cmd
 }
 

@@ -222,6 +222,54 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, sbPath(id), nil, nil, nil)
 }
 
+// UpdateLabels applies a merge patch to a sandbox's labels: a value sets a
+// label, nil removes it.
+func (c *Client) UpdateLabels(ctx context.Context, id string, patch map[string]*string) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPatch, sbPath(id), nil, api.UpdateSandboxRequest{Labels: patch}, &sb)
+	return sb, err
+}
+
+// GetOrCreate returns the sandbox that carries every label of req (starting
+// it if stopped) or creates one; created says which.
+func (c *Client) GetOrCreate(ctx context.Context, req api.CreateSandboxRequest) (sb api.Sandbox, created bool, err error) {
+	resp, err := c.request(ctx, http.MethodPost, "/v1/sandboxes/get-or-create", nil, req)
+	if err != nil {
+		return sb, false, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&sb); err != nil {
+		return sb, false, fmt.Errorf("decode get-or-create: %w", err)
+	}
+	return sb, resp.StatusCode == http.StatusCreated, nil
+}
+
+// StopSandbox ends a sandbox's processes and keeps its files.
+func (c *Client) StopSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPost, sbPath(id, "stop"), nil, nil, &sb)
+	return sb, err
+}
+
+// StartSandbox boots a stopped sandbox again.
+func (c *Client) StartSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPost, sbPath(id, "start"), nil, nil, &sb)
+	return sb, err
+}
+
+// Keepalive counts as activity and pushes the idle stop back.
+func (c *Client) Keepalive(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodPost, sbPath(id, "keepalive"), nil, nil, nil)
+}
+
+// ListSandboxesSelector lists sandboxes matching a selector such as "a=b,c!=d,e,!f".
+func (c *Client) ListSandboxesSelector(ctx context.Context, selector string) ([]api.Sandbox, error) {
+	var out api.ListSandboxesResponse
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes", url.Values{"selector": {selector}}, nil, &out)
+	return out.Sandboxes, err
+}
+
 // Exec runs a command and waits for its result.
 func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
 	var r api.ExecResult

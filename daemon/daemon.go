@@ -33,6 +33,8 @@ type Config struct {
 	DefaultRuntime string
 	// DefaultLimits apply where a create request leaves a limit at zero.
 	DefaultLimits api.Limits
+	// DefaultTimeouts apply where a create request leaves a timeout out.
+	DefaultTimeouts sandbox.TimeoutDefaults
 	// Native tunes the native runtime.
 	Native native.Options
 }
@@ -104,7 +106,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if _, ok := d.Runtimes[cfg.DefaultRuntime]; !ok {
 		return nil, fmt.Errorf("default runtime %q cannot run on this host (see the log above)", cfg.DefaultRuntime)
 	}
-	m, err := sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, DefaultLimits: cfg.DefaultLimits}, st, d.Runtimes, log)
+	m, err := sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, DefaultLimits: cfg.DefaultLimits,
+		DefaultTimeouts: cfg.DefaultTimeouts}, st, d.Runtimes, log)
 	if err != nil {
 		return nil, err
 	}

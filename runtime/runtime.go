@@ -45,6 +45,8 @@ type Instance struct {
 // for something it cannot do is a clear error and never a silent no-op.
 type Capabilities struct {
 	Limits bool `json:"limits"`
+	// StopStart says the runtime implements Stopper.
+	StopStart bool `json:"stop_start"`
 }
 
 // Runtime is an isolation tier. Implementations must be safe for concurrent use.
@@ -58,6 +60,16 @@ type Runtime interface {
 	// Delete stops every process of the sandbox and removes all its traces. It
 	// is idempotent: deleting what is already gone is not an error.
 	Delete(ctx context.Context, id string, state json.RawMessage) error
+}
+
+// Stopper is a runtime that can stop a sandbox and start it again with the
+// same files (and, as far as the runtime can, the same identity).
+type Stopper interface {
+	// Stop ends every process of the sandbox and keeps its files. Stopping a
+	// stopped sandbox is not an error.
+	Stop(ctx context.Context, id string, state json.RawMessage) error
+	// Start boots a stopped sandbox again.
+	Start(ctx context.Context, spec Spec) (*Instance, error)
 }
 
 // Factory builds a runtime from the daemon's configuration. It returns an

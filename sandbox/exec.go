@@ -95,6 +95,11 @@ func (m *Manager) ExecStream(ctx context.Context, tenant, id string, req api.Exe
 		return err
 	}
 	spec := processSpec(ls.spec, req)
+	ls.streams.Add(1) // an open exec is activity for as long as it runs
+	defer func() {
+		ls.lastActive.Store(m.cfg.Now().UnixNano())
+		ls.streams.Add(-1)
+	}()
 	st, err := ls.guest.Exec(ctx, spec)
 	if err != nil {
 		return err
@@ -216,6 +221,11 @@ func (m *Manager) ProcessOutput(ctx context.Context, tenant, id string, pid int,
 	if err != nil {
 		return err
 	}
+	ls.streams.Add(1)
+	defer func() {
+		ls.lastActive.Store(m.cfg.Now().UnixNano())
+		ls.streams.Add(-1)
+	}()
 	st, err := ls.guest.Output(ctx, pid, follow)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthsh/berth/api"
@@ -26,8 +27,19 @@ type Config struct {
 	DefaultRuntime string
 	// DefaultLimits fill the zero fields of a create request's limits.
 	DefaultLimits api.Limits
-	// CreateTimeout bounds one runtime Create.
+	// DefaultTimeouts fill the absent fields of a create request's timeouts.
+	DefaultTimeouts TimeoutDefaults
+	// CreateTimeout bounds one runtime Create or Start.
 	CreateTimeout time.Duration
+	// SweepInterval is how often timeouts are checked (default 1s).
+	SweepInterval time.Duration
+	// Now is the manager's clock (default time.Now); tests inject one.
+	Now func() time.Time
+}
+
+// TimeoutDefaults are the daemon's default timeouts; zero turns one off.
+type TimeoutDefaults struct {
+	Idle, DeleteAfter, MaxLifetime time.Duration
 }
 
 // Manager owns the live sandboxes of one daemon.
@@ -40,16 +52,23 @@ type Manager struct {
 	mu   sync.Mutex
 	live map[string]*liveSandbox // running sandboxes with a guest connection
 
+	ops keyedMutex // one lifecycle operation at a time per sandbox
+	goc keyedMutex // one get-or-create at a time per tenant and label set
+
 	ctx    context.Context // ends watchers at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// liveSandbox is a running sandbox's connection.
+// liveSandbox is a running sandbox's connection and activity.
 type liveSandbox struct {
 	inst  *runtime.Instance
 	guest *guestclient.Client
 	spec  api.CreateSandboxRequest
+	// lastActive is the manager clock's UnixNano of the last activity.
+	lastActive atomic.Int64
+	// streams counts open exec and output streams.
+	streams atomic.Int64
 }
 
 // New returns a manager. Call Start to re-attach to sandboxes from the store.
@@ -59,6 +78,12 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, log *
 	}
 	if cfg.CreateTimeout == 0 {
 		cfg.CreateTimeout = 30 * time.Second
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, store: st, runtimes: runtimes, log: log, live: map[string]*liveSandbox{}, ctx: ctx, cancel: cancel}, nil
@@ -73,8 +98,10 @@ func (m *Manager) Runtimes() []string {
 	return out
 }
 
-// Start re-attaches to every sandbox the store says is running. A sandbox
-// whose init is gone is marked as in error, with the reason.
+// Start re-attaches to every sandbox the store says is running, settles
+// operations a crash cut off, and starts the timeout sweeper. A running
+// sandbox whose init is gone (the host restarted, or it died) comes back
+// stopped, with its files, and the reason in its error field.
 func (m *Manager) Start(ctx context.Context) error {
 	all, err := m.store.ListSandboxes(ctx, "", labels.Selector{})
 	if err != nil {
@@ -84,11 +111,13 @@ func (m *Manager) Start(ctx context.Context) error {
 		switch rec.State {
 		case api.StateRunning:
 			if err := m.attach(ctx, rec); err != nil {
-				m.log.Warn("sandbox lost while the daemon was down", "sandbox", rec.ID, "err", err)
-				m.store.UpdateState(ctx, rec.ID, api.StateError, "lost while the daemon was down: "+errdefs.Message(err))
+				m.log.Warn("sandbox's init is gone; marking it stopped", "sandbox", rec.ID, "err", err)
+				m.settleStopped(ctx, rec, "its init was gone when the daemon started (host restart or crash): start it again")
 			} else {
 				m.log.Info("re-attached", "sandbox", rec.ID)
 			}
+		case api.StateStopping, api.StateStarting:
+			m.settleStopped(ctx, rec, "a "+rec.State+" was cut off by a daemon restart")
 		case api.StateCreating, api.StateDeleting:
 			// A create or delete was cut off by a daemon crash: finish it as a delete.
 			m.log.Warn("cleaning up a sandbox left half-made", "sandbox", rec.ID, "state", rec.State)
@@ -101,7 +130,21 @@ func (m *Manager) Start(ctx context.Context) error {
 			m.store.DeleteSandbox(ctx, rec.ID)
 		}
 	}
+	m.wg.Add(1)
+	go m.sweeper()
 	return nil
+}
+
+// settleStopped makes sure nothing of a sandbox runs and records it stopped.
+func (m *Manager) settleStopped(ctx context.Context, rec store.Sandbox, reason string) {
+	if st, ok := m.runtimes[rec.Runtime].(runtime.Stopper); ok {
+		if err := st.Stop(ctx, rec.ID, rec.RuntimeState); err != nil {
+			m.log.Error("stop failed", "sandbox", rec.ID, "err", err)
+			m.store.UpdateState(ctx, rec.ID, api.StateError, "stop failed: "+err.Error(), m.cfg.Now())
+			return
+		}
+	}
+	m.store.UpdateState(ctx, rec.ID, api.StateStopped, reason, m.cfg.Now())
 }
 
 func (m *Manager) attach(ctx context.Context, rec store.Sandbox) error {
@@ -109,9 +152,9 @@ func (m *Manager) attach(ctx context.Context, rec store.Sandbox) error {
 	if !ok {
 		return errdefs.New(errdefs.Unavailable, "runtime %q is not available in this daemon", rec.Runtime)
 	}
-	var spec api.CreateSandboxRequest
-	if err := json.Unmarshal(rec.Spec, &spec); err != nil {
-		return fmt.Errorf("bad stored spec: %w", err)
+	spec, err := recordSpec(rec)
+	if err != nil {
+		return err
 	}
 	inst, err := rt.Attach(ctx, rec.ID, rec.RuntimeState)
 	if err != nil {
@@ -129,15 +172,18 @@ func (m *Manager) connect(ctx context.Context, id string, inst *runtime.Instance
 		gc.Close()
 		return err
 	}
+	ls := &liveSandbox{inst: inst, guest: gc, spec: spec}
+	ls.lastActive.Store(m.cfg.Now().UnixNano())
 	m.mu.Lock()
-	m.live[id] = &liveSandbox{inst: inst, guest: gc, spec: spec}
+	m.live[id] = ls
 	m.mu.Unlock()
 	m.wg.Add(1)
 	go m.watch(id, inst)
 	return nil
 }
 
-// watch marks a sandbox in error when its init exits without a delete.
+// watch records a sandbox as stopped when its init exits without a stop or
+// delete asking for it (an OOM kill of init, a bug), and clears its cgroup.
 func (m *Manager) watch(id string, inst *runtime.Instance) {
 	defer m.wg.Done()
 	select {
@@ -145,18 +191,23 @@ func (m *Manager) watch(id string, inst *runtime.Instance) {
 		return
 	case <-inst.Exited:
 	}
+	unlock := m.ops.lock(id)
+	defer unlock()
 	m.mu.Lock()
 	ls, ok := m.live[id]
-	if ok && ls.inst == inst {
+	mine := ok && ls.inst == inst
+	if mine {
 		delete(m.live, id)
 	}
 	m.mu.Unlock()
-	if !ok || ls.inst != inst {
-		return // deleted on purpose
+	if !mine {
+		return // stopped or deleted on purpose
 	}
 	ls.guest.Close()
 	m.log.Warn("sandbox init exited", "sandbox", id)
-	m.store.UpdateState(context.Background(), id, api.StateError, "the sandbox's init exited")
+	if rec, err := m.store.GetSandbox(context.Background(), id); err == nil {
+		m.settleStopped(context.Background(), rec, "its init exited unexpectedly: start it again")
+	}
 }
 
 // Close stops the manager's watchers and drops guest connections. Sandboxes keep running.
@@ -182,7 +233,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 		return api.Sandbox{}, err
 	}
 	specJSON, _ := json.Marshal(req)
-	now := time.Now().UTC()
+	now := m.cfg.Now().UTC()
 	rec := store.Sandbox{ID: id, Tenant: tenant, State: api.StateCreating, Image: req.Image, Runtime: req.Runtime,
 		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now}
 	if err := m.store.CreateSandbox(ctx, rec); err != nil {
@@ -207,7 +258,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 		rt.Delete(context.Background(), id, inst.State)
 		return fail(err)
 	}
-	if err := m.store.UpdateState(ctx, id, api.StateRunning, ""); err != nil {
+	if err := m.store.UpdateState(ctx, id, api.StateRunning, "", m.cfg.Now()); err != nil {
 		m.drop(id)
 		rt.Delete(context.Background(), id, inst.State)
 		return fail(err)
@@ -266,11 +317,18 @@ func (m *Manager) List(ctx context.Context, tenant string, sel labels.Selector) 
 
 // Delete stops a sandbox and removes every trace of it.
 func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
+	unlock := m.ops.lock(id)
+	defer unlock()
 	rec, err := m.record(ctx, tenant, id)
 	if err != nil {
 		return err
 	}
-	if err := m.store.UpdateState(ctx, id, api.StateDeleting, ""); err != nil {
+	switch rec.State {
+	case api.StateRunning, api.StateStopped, api.StateError:
+	default:
+		return errdefs.New(errdefs.Conflict, "sandbox %s is %s; delete it once that has finished", id, rec.State)
+	}
+	if err := m.store.UpdateState(ctx, id, api.StateDeleting, "", m.cfg.Now()); err != nil {
 		return err
 	}
 	m.drop(id)
@@ -279,7 +337,7 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 		return errdefs.New(errdefs.Unavailable, "sandbox %s: runtime %q is not available in this daemon", id, rec.Runtime)
 	}
 	if err := rt.Delete(ctx, id, rec.RuntimeState); err != nil {
-		m.store.UpdateState(context.Background(), id, api.StateError, "delete failed: "+err.Error())
+		m.store.UpdateState(context.Background(), id, api.StateError, "delete failed: "+err.Error(), m.cfg.Now())
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	return m.store.DeleteSandbox(ctx, id)
@@ -295,27 +353,44 @@ func (m *Manager) guest(ctx context.Context, tenant, id string) (*liveSandbox, e
 	ls, ok := m.live[id]
 	m.mu.Unlock()
 	if !ok || rec.State != api.StateRunning {
-		msg := ""
-		if rec.Error != "" {
-			msg = " (" + rec.Error + ")"
-		}
-		return nil, errdefs.New(errdefs.Conflict, "sandbox %s is %s%s, not running", id, rec.State, msg)
+		return nil, notRunning(rec)
 	}
+	ls.lastActive.Store(m.cfg.Now().UnixNano())
 	return ls, nil
 }
 
-func toAPI(rec store.Sandbox, spec api.CreateSandboxRequest) api.Sandbox {
-	return api.Sandbox{
-		ID: rec.ID, State: rec.State, Image: rec.Image, Runtime: rec.Runtime, Env: spec.Env,
-		Workdir: spec.Workdir, User: spec.User, Labels: rec.Labels, Limits: spec.Limits,
-		CreatedAt: rec.CreatedAt, Error: rec.Error,
+// notRunning is the conflict error for a call that needs a running sandbox:
+// it says the state and what to do.
+func notRunning(rec store.Sandbox) error {
+	why := ""
+	if rec.Error != "" {
+		why = " (" + rec.Error + ")"
+	}
+	switch rec.State {
+	case api.StateStopped:
+		return errdefs.New(errdefs.Conflict, "sandbox %s is stopped%s: start it first (POST /v1/sandboxes/%s/start, berth start %s)", rec.ID, why, rec.ID, rec.ID)
+	default:
+		return errdefs.New(errdefs.Conflict, "sandbox %s is %s%s, not running", rec.ID, rec.State, why)
 	}
 }
 
+func toAPI(rec store.Sandbox, spec api.CreateSandboxRequest) api.Sandbox {
+	sb := api.Sandbox{
+		ID: rec.ID, State: rec.State, Image: rec.Image, Runtime: rec.Runtime, Env: spec.Env,
+		Workdir: spec.Workdir, User: spec.User, Labels: rec.Labels, Limits: spec.Limits,
+		Timeouts: spec.Timeouts, CreatedAt: rec.CreatedAt, Error: rec.Error,
+	}
+	if !rec.StoppedAt.IsZero() {
+		t := rec.StoppedAt
+		sb.StoppedAt = &t
+	}
+	return sb
+}
+
 func recordToAPI(rec store.Sandbox) (api.Sandbox, error) {
-	var spec api.CreateSandboxRequest
-	if err := json.Unmarshal(rec.Spec, &spec); err != nil {
-		return api.Sandbox{}, fmt.Errorf("sandbox %s: bad stored spec: %w", rec.ID, err)
+	spec, err := recordSpec(rec)
+	if err != nil {
+		return api.Sandbox{}, err
 	}
 	return toAPI(rec, spec), nil
 }

@@ -64,6 +64,9 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 	if err := labels.Validate(req.Labels); err != nil {
 		return req, err
 	}
+	if err := m.normalizeTimeouts(&req.Timeouts); err != nil {
+		return req, err
+	}
 	l := &req.Limits
 	d := m.cfg.DefaultLimits
 	if l.CPUs == 0 {
@@ -86,6 +89,34 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 		return req, errdefs.New(errdefs.InvalidArgument, "limits.pids: %d is outside %d..%d (0 = no limit)", l.Pids, minPids, maxPids)
 	}
 	return req, nil
+}
+
+// maxTimeout bounds every timeout (ten years: "never" is 0).
+const maxTimeout = 10 * 365 * 24 * 3600
+
+// normalizeTimeouts fills absent timeouts with the daemon's defaults and
+// checks the given ones.
+func (m *Manager) normalizeTimeouts(t *api.Timeouts) error {
+	d := m.cfg.DefaultTimeouts
+	for _, f := range []struct {
+		name string
+		p    **int64
+		def  int64
+	}{
+		{"timeouts.idle_timeout_s", &t.IdleSeconds, int64(d.Idle.Seconds())},
+		{"timeouts.delete_after_s", &t.DeleteAfterSeconds, int64(d.DeleteAfter.Seconds())},
+		{"timeouts.max_lifetime_s", &t.MaxLifetimeSeconds, int64(d.MaxLifetime.Seconds())},
+	} {
+		if *f.p == nil {
+			v := f.def
+			*f.p = &v
+			continue
+		}
+		if v := **f.p; v < 0 || v > maxTimeout {
+			return errdefs.New(errdefs.InvalidArgument, "%s: %d is outside 0..%d seconds (0 = never)", f.name, v, maxTimeout)
+		}
+	}
+	return nil
 }
 
 func hostMemory() int64 {

@@ -50,6 +50,11 @@ func New(m *sandbox.Manager, log *slog.Logger) *Server {
 	s.handle("GET /v1/sandboxes", s.listSandboxes)
 	s.handle("GET /v1/sandboxes/{id}", s.getSandbox)
 	s.handle("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
+	s.handle("PATCH /v1/sandboxes/{id}", s.updateSandbox)
+	s.handle("POST /v1/sandboxes/get-or-create", s.getOrCreate)
+	s.handle("POST /v1/sandboxes/{id}/stop", s.stopSandbox)
+	s.handle("POST /v1/sandboxes/{id}/start", s.startSandbox)
+	s.handle("POST /v1/sandboxes/{id}/keepalive", s.keepalive)
 	s.handle("POST /v1/sandboxes/{id}/exec", s.exec)
 	s.handle("POST /v1/sandboxes/{id}/processes", s.startProcess)
 	s.handle("GET /v1/sandboxes/{id}/processes", s.listProcesses)
@@ -201,6 +206,59 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := s.m.Delete(r.Context(), tenant(r), r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) updateSandbox(w http.ResponseWriter, r *http.Request) error {
+	var req api.UpdateSandboxRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	sb, err := s.m.UpdateLabels(r.Context(), tenant(r), r.PathValue("id"), req.Labels)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+// getOrCreate answers 200 with an existing sandbox or 201 with a new one.
+func (s *Server) getOrCreate(w http.ResponseWriter, r *http.Request) error {
+	var req api.CreateSandboxRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	sb, created, err := s.m.GetOrCreate(r.Context(), tenant(r), req)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	return writeJSON(w, status, sb)
+}
+
+func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.m.Stop(r.Context(), tenant(r), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.m.StartSandbox(r.Context(), tenant(r), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) keepalive(w http.ResponseWriter, r *http.Request) error {
+	if err := s.m.Keepalive(r.Context(), tenant(r), r.PathValue("id")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

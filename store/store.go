@@ -40,6 +40,7 @@ var migrations = []string{
 		PRIMARY KEY (sandbox_id, key)
 	);
 	CREATE INDEX sandbox_labels_kv ON sandbox_labels(key, value);`,
+	`ALTER TABLE sandboxes ADD COLUMN stopped_at INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Store is the daemon's state.
@@ -56,6 +57,8 @@ type Sandbox struct {
 	Error        string
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+	// StoppedAt is when the sandbox last stopped; zero unless it is stopped.
+	StoppedAt time.Time
 }
 
 // Open opens (creating if needed) the store at path and migrates it.
@@ -149,17 +152,20 @@ func insertLabels(ctx context.Context, tx *sql.Tx, id string, m map[string]strin
 	return nil
 }
 
-const selectSandbox = `SELECT id, tenant, state, image, runtime, spec, runtime_state, error, created_at, updated_at FROM sandboxes`
+const selectSandbox = `SELECT id, tenant, state, image, runtime, spec, runtime_state, error, created_at, updated_at, stopped_at FROM sandboxes`
 
 func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var sb Sandbox
 	var spec, rs []byte
-	var created, updated int64
-	if err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Image, &sb.Runtime, &spec, &rs, &sb.Error, &created, &updated); err != nil {
+	var created, updated, stopped int64
+	if err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Image, &sb.Runtime, &spec, &rs, &sb.Error, &created, &updated, &stopped); err != nil {
 		return sb, err
 	}
 	sb.Spec, sb.RuntimeState = spec, rs
 	sb.CreatedAt, sb.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, updated).UTC()
+	if stopped != 0 {
+		sb.StoppedAt = time.Unix(0, stopped).UTC()
+	}
 	return sb, nil
 }
 
@@ -259,10 +265,16 @@ func (s *Store) update(ctx context.Context, id, q string, args ...any) error {
 	return nil
 }
 
-// UpdateState sets a sandbox's state and error message.
-func (s *Store) UpdateState(ctx context.Context, id, state, errMsg string) error {
-	return s.update(ctx, id, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ? WHERE id = ?`,
-		state, errMsg, time.Now().UTC().UnixNano())
+// UpdateState sets a sandbox's state and error message at time at (the
+// caller's clock). Entering "stopped" records at as the stop time; any other
+// state clears it.
+func (s *Store) UpdateState(ctx context.Context, id, state, errMsg string, at time.Time) error {
+	var stopped int64
+	if state == "stopped" {
+		stopped = at.UTC().UnixNano()
+	}
+	return s.update(ctx, id, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?, stopped_at = ? WHERE id = ?`,
+		state, errMsg, at.UTC().UnixNano(), stopped)
 }
 
 // SetRuntimeState stores a runtime's private state for a sandbox.

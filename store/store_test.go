@@ -51,10 +51,16 @@ func TestRoundTripAndClasses(t *testing.T) {
 	if _, err := s.GetSandbox(ctx, "sb-none"); !errdefs.IsNotFound(err) {
 		t.Fatalf("get missing: %v", err)
 	}
-	if err := s.UpdateState(ctx, "sb-1", "error", "boom"); err != nil {
+	if err := s.UpdateState(ctx, "sb-1", "stopped", "idle", in.CreatedAt.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.UpdateState(ctx, "sb-none", "error", ""); !errdefs.IsNotFound(err) {
+	if got, _ := s.GetSandbox(ctx, "sb-1"); !got.StoppedAt.Equal(in.CreatedAt.Add(time.Hour)) || got.Error != "idle" {
+		t.Fatalf("stopped: %+v", got)
+	}
+	if err := s.UpdateState(ctx, "sb-1", "error", "boom", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpdateState(ctx, "sb-none", "error", "", time.Now()); !errdefs.IsNotFound(err) {
 		t.Fatalf("update missing: %v", err)
 	}
 	if err := s.SetRuntimeState(ctx, "sb-1", json.RawMessage(`{"pid":8}`)); err != nil {
@@ -64,7 +70,7 @@ func TestRoundTripAndClasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ = s.GetSandbox(ctx, "sb-1")
-	if got.State != "error" || got.Error != "boom" || string(got.RuntimeState) != `{"pid":8}` || len(got.Labels) != 1 || got.Labels["a"] != "b" {
+	if got.State != "error" || got.Error != "boom" || !got.StoppedAt.IsZero() || string(got.RuntimeState) != `{"pid":8}` || len(got.Labels) != 1 || got.Labels["a"] != "b" {
 		t.Fatalf("after updates: %+v", got)
 	}
 	if err := s.DeleteSandbox(ctx, "sb-1"); err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -76,6 +77,9 @@ func serveCommand() *cobra.Command {
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/berth", "directory of the store, the API socket and sandbox state")
 	f.StringVar(&cfg.DefaultRuntime, "runtime", "native", "default runtime")
 	f.Int64Var(&cfg.DefaultLimits.Pids, "default-pids", 4096, "pids limit of sandboxes that set none (0: none)")
+	f.DurationVar(&cfg.DefaultTimeouts.Idle, "default-idle-timeout", 15*time.Minute, "stop sandboxes idle this long, unless they set their own (0: never)")
+	f.DurationVar(&cfg.DefaultTimeouts.DeleteAfter, "default-delete-after", 0, "delete sandboxes this long after they stopped, unless they set their own (0: never)")
+	f.DurationVar(&cfg.DefaultTimeouts.MaxLifetime, "default-max-lifetime", 0, "stop sandboxes this long after creation, unless they set their own (0: never)")
 	f.BoolVar(&cfg.Native.NoSeccomp, "no-seccomp", false, "do not install the seccomp profile in sandboxes (debugging only)")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	return cmd

@@ -192,7 +192,11 @@ func checkTraversable(dir string) error {
 func (r *Runtime) Name() string { return Name }
 
 // Capabilities implements runtime.Runtime.
-func (r *Runtime) Capabilities() runtime.Capabilities { return runtime.Capabilities{Limits: true} }
+func (r *Runtime) Capabilities() runtime.Capabilities {
+	return runtime.Capabilities{Limits: true, StopStart: true}
+}
+
+var _ runtime.Stopper = (*Runtime)(nil)
 
 // Close stops the runtime's exit monitors. Sandboxes keep running.
 func (r *Runtime) Close() error {
@@ -208,19 +212,6 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 	if spec.Image != "" && spec.Image != "host" {
 		return nil, errdefs.New(errdefs.InvalidArgument, "image %q: the native runtime has only the \"host\" image so far", spec.Image)
 	}
-	t0 := time.Now()
-	var undo []func()
-	defer func() {
-		if err == nil {
-			r.log.Debug("created", "sandbox", spec.ID, "total", time.Since(t0))
-		}
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
-
 	dir := r.sandboxDir(spec.ID)
 	if err := os.Mkdir(dir, 0o710); err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -228,7 +219,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 		}
 		return nil, fmt.Errorf("make sandbox dir: %w", err)
 	}
-	undo = append(undo, func() { os.RemoveAll(dir) })
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
 	base := int(r.opts.IDBase)
 	if err := os.Chown(dir, 0, base); err != nil {
 		return nil, fmt.Errorf("chown sandbox dir: %w", err)
@@ -242,11 +237,45 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 			return nil, fmt.Errorf("chown %s: %w", name, err)
 		}
 	}
-
-	tDirs := time.Now()
 	if err := writeIdentity(filepath.Join(dir, "upper"), spec.ID, base); err != nil {
 		return nil, err
 	}
+	return r.boot(ctx, spec)
+}
+
+// Start implements runtime.Stopper: it boots a stopped sandbox again on its
+// kept writable layer.
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instance, error) {
+	if _, err := os.Stat(filepath.Join(r.sandboxDir(spec.ID), "upper")); err != nil {
+		return nil, errdefs.Wrap(errdefs.NotFound, err, "sandbox %s has no files to start from", spec.ID)
+	}
+	// A cgroup left by an init that died on its own is cleared first.
+	if cg, err := r.cgroups.Load(spec.ID); err == nil {
+		cg.Kill()
+		if err := cg.Remove(); err != nil {
+			return nil, fmt.Errorf("clear stale cgroup: %w", err)
+		}
+	}
+	return r.boot(ctx, spec)
+}
+
+// boot creates the cgroup and starts the guest on the sandbox's existing
+// directory. On error it leaves no cgroup or process behind.
+func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Instance, err error) {
+	t0 := time.Now()
+	var undo []func()
+	defer func() {
+		if err == nil {
+			r.log.Debug("booted", "sandbox", spec.ID, "total", time.Since(t0))
+		}
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	dir := r.sandboxDir(spec.ID)
+	tDirs := time.Now()
 	cg, err := r.cgroups.Create(spec.ID)
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
@@ -502,12 +531,13 @@ func (r *Runtime) Attach(ctx context.Context, id string, state json.RawMessage) 
 	return &runtime.Instance{State: state, Dial: r.dialer(id, st.Pid), Token: st.Token, Exited: exited}, nil
 }
 
-// Delete implements runtime.Runtime.
-func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) error {
+// Stop implements runtime.Stopper: every process of the sandbox ends and its
+// cgroup goes; its files stay for Start. Stopping what is stopped is not an error.
+func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) error {
 	var st persisted
 	if len(state) > 0 {
 		if err := json.Unmarshal(state, &st); err != nil {
-			r.log.Warn("bad runtime state; cleaning by id", "sandbox", id, "err", err)
+			r.log.Warn("bad runtime state; stopping by id", "sandbox", id, "err", err)
 		}
 	}
 	if st.Pid > 0 && alive(st.Pid, st.StartTime) {
@@ -531,6 +561,15 @@ func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) 
 		if err := cg.Remove(); err != nil {
 			return fmt.Errorf("sandbox %s: remove cgroup: %w", id, err)
 		}
+	}
+	os.Remove(filepath.Join(r.sandboxDir(id), "ctl", guestapi.ControlSocketName))
+	return nil
+}
+
+// Delete implements runtime.Runtime.
+func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) error {
+	if err := r.Stop(ctx, id, state); err != nil {
+		return err
 	}
 	if err := os.RemoveAll(r.sandboxDir(id)); err != nil {
 		return fmt.Errorf("sandbox %s: remove files: %w", id, err)

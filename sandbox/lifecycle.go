@@ -1,0 +1,335 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/labels"
+	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/store"
+)
+
+// keyedMutex serializes work per key without a lock per key living forever.
+type keyedMutex struct {
+	mu   sync.Mutex
+	keys map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.keys == nil {
+		k.keys = map[string]*keyLock{}
+	}
+	l := k.keys[key]
+	if l == nil {
+		l = &keyLock{}
+		k.keys[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.keys, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+func (m *Manager) stopper(rec store.Sandbox) (runtime.Stopper, error) {
+	st, ok := m.runtimes[rec.Runtime].(runtime.Stopper)
+	if !ok {
+		return nil, errdefs.New(errdefs.NotImplemented, "runtime %q cannot stop and start sandboxes", rec.Runtime)
+	}
+	return st, nil
+}
+
+// Stop ends every process of a running sandbox and keeps its files.
+func (m *Manager) Stop(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	unlock := m.ops.lock(id)
+	defer unlock()
+	if err := m.stopLocked(ctx, tenant, id, ""); err != nil {
+		return api.Sandbox{}, err
+	}
+	return m.Get(ctx, tenant, id)
+}
+
+// stopLocked stops a sandbox; the caller holds its operation lock. reason is
+// recorded when berth (not a user) stopped it.
+func (m *Manager) stopLocked(ctx context.Context, tenant, id, reason string) error {
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if rec.State != api.StateRunning {
+		return errdefs.New(errdefs.Conflict, "sandbox %s is %s; only a running sandbox can be stopped", id, rec.State)
+	}
+	st, err := m.stopper(rec)
+	if err != nil {
+		return err
+	}
+	if err := m.store.UpdateState(ctx, id, api.StateStopping, "", m.cfg.Now()); err != nil {
+		return err
+	}
+	m.drop(id)
+	if err := st.Stop(ctx, id, rec.RuntimeState); err != nil {
+		m.store.UpdateState(context.Background(), id, api.StateError, "stop failed: "+err.Error(), m.cfg.Now())
+		return fmt.Errorf("stop sandbox %s: %w", id, err)
+	}
+	return m.store.UpdateState(ctx, id, api.StateStopped, reason, m.cfg.Now())
+}
+
+// StartSandbox boots a stopped sandbox again with its files, labels and limits.
+func (m *Manager) StartSandbox(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	unlock := m.ops.lock(id)
+	defer unlock()
+	if err := m.startLocked(ctx, tenant, id); err != nil {
+		return api.Sandbox{}, err
+	}
+	return m.Get(ctx, tenant, id)
+}
+
+func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if rec.State != api.StateStopped {
+		return errdefs.New(errdefs.Conflict, "sandbox %s is %s; only a stopped sandbox can be started", id, rec.State)
+	}
+	st, err := m.stopper(rec)
+	if err != nil {
+		return err
+	}
+	spec, err := recordSpec(rec)
+	if err != nil {
+		return err
+	}
+	if err := m.store.UpdateState(ctx, id, api.StateStarting, "", m.cfg.Now()); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
+	defer cancel()
+	fail := func(err error) error {
+		m.store.UpdateState(context.Background(), id, api.StateStopped, "start failed: "+errdefs.Message(err), m.cfg.Now())
+		return err
+	}
+	inst, err := st.Start(cctx, runtime.Spec{ID: id, Image: spec.Image, Limits: runtime.Limits(spec.Limits)})
+	if err != nil {
+		return fail(err)
+	}
+	if err := m.store.SetRuntimeState(ctx, id, inst.State); err != nil {
+		st.Stop(context.Background(), id, inst.State)
+		return fail(err)
+	}
+	if err := m.connect(cctx, id, inst, spec); err != nil {
+		st.Stop(context.Background(), id, inst.State)
+		return fail(err)
+	}
+	return m.store.UpdateState(ctx, id, api.StateRunning, "", m.cfg.Now())
+}
+
+// UpdateLabels applies a merge patch to a sandbox's labels: a value sets a
+// label, nil removes it.
+func (m *Manager) UpdateLabels(ctx context.Context, tenant, id string, patch map[string]*string) (api.Sandbox, error) {
+	unlock := m.ops.lock(id)
+	defer unlock()
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	merged := map[string]string{}
+	for k, v := range rec.Labels {
+		merged[k] = v
+	}
+	for k, v := range patch {
+		if v == nil {
+			delete(merged, k)
+		} else {
+			merged[k] = *v
+		}
+	}
+	if err := labels.Validate(merged); err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := m.store.SetLabels(ctx, id, merged); err != nil {
+		return api.Sandbox{}, err
+	}
+	return m.Get(ctx, tenant, id)
+}
+
+// GetOrCreate returns the oldest sandbox of tenant that carries every label
+// of req, starting it if it is stopped, or creates one from req. Concurrent
+// calls with the same labels get the same sandbox. created says which.
+func (m *Manager) GetOrCreate(ctx context.Context, tenant string, req api.CreateSandboxRequest) (sb api.Sandbox, created bool, err error) {
+	if len(req.Labels) == 0 {
+		return api.Sandbox{}, false, errdefs.New(errdefs.InvalidArgument, "labels: get-or-create needs at least one label to look up")
+	}
+	if err := labels.Validate(req.Labels); err != nil {
+		return api.Sandbox{}, false, err
+	}
+	sel := labels.SelectorFromMap(req.Labels)
+	unlock := m.goc.lock(tenant + "\x00" + sel.String())
+	defer unlock()
+	found, err := m.store.ListSandboxes(ctx, tenant, sel)
+	if err != nil {
+		return api.Sandbox{}, false, err
+	}
+	for _, rec := range found {
+		switch rec.State {
+		case api.StateRunning:
+			if ls, err := m.guest(ctx, tenant, rec.ID); err == nil {
+				ls.lastActive.Store(m.cfg.Now().UnixNano())
+			}
+			sb, err := recordToAPI(rec)
+			return sb, false, err
+		case api.StateStopped:
+			sb, err := m.StartSandbox(ctx, tenant, rec.ID)
+			return sb, false, err
+		case api.StateStarting, api.StateStopping, api.StateCreating:
+			return api.Sandbox{}, false, errdefs.New(errdefs.Conflict, "sandbox %s with these labels is %s; try again", rec.ID, rec.State)
+		}
+		// deleting or error: not a usable match; look further or create.
+	}
+	sb, err = m.Create(ctx, tenant, req)
+	return sb, err == nil, err
+}
+
+// Keepalive counts as activity: it pushes a running sandbox's idle stop back.
+func (m *Manager) Keepalive(ctx context.Context, tenant, id string) error {
+	_, err := m.guest(ctx, tenant, id) // records the activity
+	return err
+}
+
+// action is what the sweeper does to one sandbox.
+type action struct {
+	kind   string // "", "stop" or "delete"
+	reason string
+}
+
+// timeouts is a sandbox's timeouts in force (zero: off).
+type timeouts struct {
+	idle, deleteAfter, maxLifetime time.Duration
+}
+
+func timeoutsOf(t api.Timeouts) timeouts {
+	d := func(p *int64) time.Duration {
+		if p == nil {
+			return 0
+		}
+		return time.Duration(*p) * time.Second
+	}
+	return timeouts{idle: d(t.IdleSeconds), deleteAfter: d(t.DeleteAfterSeconds), maxLifetime: d(t.MaxLifetimeSeconds)}
+}
+
+// decide is the whole timeout policy, free of I/O: busy is asked only when
+// the idle time has run out, and a busy sandbox is never stopped for idleness.
+func decide(now time.Time, state string, t timeouts, created, stoppedAt, lastActive time.Time, busy func() bool) action {
+	switch state {
+	case api.StateRunning:
+		if t.maxLifetime > 0 && now.Sub(created) >= t.maxLifetime {
+			return action{"stop", fmt.Sprintf("stopped by berth: reached its maximum lifetime of %s", t.maxLifetime)}
+		}
+		if t.idle > 0 && now.Sub(lastActive) >= t.idle && !busy() {
+			return action{"stop", fmt.Sprintf("stopped by berth: idle for %s", t.idle)}
+		}
+	case api.StateStopped:
+		if t.deleteAfter > 0 && !stoppedAt.IsZero() && now.Sub(stoppedAt) >= t.deleteAfter {
+			return action{"delete", ""}
+		}
+	}
+	return action{}
+}
+
+// sweeper applies timeouts until the manager closes.
+func (m *Manager) sweeper() {
+	defer m.wg.Done()
+	tick := time.NewTicker(m.cfg.SweepInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-tick.C:
+			m.Sweep(m.ctx)
+		}
+	}
+}
+
+// Sweep applies every sandbox's timeouts once, at the manager clock's now.
+func (m *Manager) Sweep(ctx context.Context) {
+	all, err := m.store.ListSandboxes(ctx, "", labels.Selector{})
+	if err != nil {
+		m.log.Error("sweep: list sandboxes", "err", err)
+		return
+	}
+	now := m.cfg.Now()
+	for _, rec := range all {
+		spec, err := recordSpec(rec)
+		if err != nil {
+			continue
+		}
+		m.mu.Lock()
+		ls := m.live[rec.ID]
+		m.mu.Unlock()
+		lastActive := rec.CreatedAt
+		if ls != nil {
+			lastActive = time.Unix(0, ls.lastActive.Load())
+		}
+		busy := func() bool { return ls != nil && m.busy(ctx, ls) }
+		act := decide(now, rec.State, timeoutsOf(spec.Timeouts), rec.CreatedAt, rec.StoppedAt, lastActive, busy)
+		switch act.kind {
+		case "stop":
+			unlock := m.ops.lock(rec.ID)
+			err := m.stopLocked(ctx, rec.Tenant, rec.ID, act.reason)
+			unlock()
+			m.log.Info("timeout", "sandbox", rec.ID, "action", "stop", "reason", act.reason, "err", err)
+		case "delete":
+			err := m.Delete(ctx, rec.Tenant, rec.ID)
+			m.log.Info("timeout", "sandbox", rec.ID, "action", "delete", "err", err)
+		}
+	}
+}
+
+// busy reports whether a sandbox is working: an open stream or a running
+// process started through the API. Being busy counts as activity.
+func (m *Manager) busy(ctx context.Context, ls *liveSandbox) bool {
+	busy := ls.streams.Load() > 0
+	if !busy {
+		procs, err := ls.guest.List(ctx)
+		if err != nil {
+			return true // when in doubt, do not stop a sandbox
+		}
+		for _, p := range procs {
+			if p.Running {
+				busy = true
+				break
+			}
+		}
+	}
+	if busy {
+		ls.lastActive.Store(m.cfg.Now().UnixNano())
+	}
+	return busy
+}
+
+func recordSpec(rec store.Sandbox) (api.CreateSandboxRequest, error) {
+	var spec api.CreateSandboxRequest
+	if err := json.Unmarshal(rec.Spec, &spec); err != nil {
+		return spec, fmt.Errorf("sandbox %s: bad stored spec: %w", rec.ID, err)
+	}
+	return spec, nil
+}

@@ -1,0 +1,203 @@
+package sandbox
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/internal/testutil"
+	"github.com/berthsh/berth/labels"
+	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/runtime/native"
+	"github.com/berthsh/berth/store"
+)
+
+func TestDecide(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	idle := timeouts{idle: time.Minute}
+	never := func() bool { t.Fatal("busy asked before the idle time ran out"); return false }
+	for _, tc := range []struct {
+		name       string
+		state      string
+		t          timeouts
+		now        time.Time
+		lastActive time.Time
+		stoppedAt  time.Time
+		busy       func() bool
+		want       string
+	}{
+		{"fresh", api.StateRunning, idle, t0.Add(30 * time.Second), t0, time.Time{}, never, ""},
+		{"idle", api.StateRunning, idle, t0.Add(time.Minute), t0, time.Time{}, func() bool { return false }, "stop"},
+		{"idle but busy", api.StateRunning, idle, t0.Add(time.Hour), t0, time.Time{}, func() bool { return true }, ""},
+		{"idle off", api.StateRunning, timeouts{}, t0.Add(1000 * time.Hour), t0, time.Time{}, never, ""},
+		{"max lifetime even if busy", api.StateRunning, timeouts{maxLifetime: time.Hour}, t0.Add(time.Hour), t0.Add(time.Hour), time.Time{}, func() bool { return true }, "stop"},
+		{"stopped, delete after", api.StateStopped, timeouts{deleteAfter: time.Hour}, t0.Add(2 * time.Hour), t0, t0.Add(time.Hour), never, "delete"},
+		{"stopped, not yet", api.StateStopped, timeouts{deleteAfter: time.Hour}, t0.Add(90 * time.Minute), t0, t0.Add(time.Hour), never, ""},
+		{"stopped, delete off", api.StateStopped, timeouts{idle: time.Second}, t0.Add(1000 * time.Hour), t0, t0, never, ""},
+		{"starting is left alone", api.StateStarting, timeouts{idle: time.Second, maxLifetime: time.Second}, t0.Add(time.Hour), t0, time.Time{}, never, ""},
+	} {
+		got := decide(tc.now, tc.state, tc.t, t0, tc.stoppedAt, tc.lastActive, tc.busy)
+		if got.kind != tc.want {
+			t.Errorf("%s: %q (%s), want %q", tc.name, got.kind, got.reason, tc.want)
+		}
+	}
+}
+
+// clock is a manual clock for the manager.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// newManager builds a manager over a real store and the real native runtime,
+// with a manual clock and no background sweeper.
+func newManager(t *testing.T) (*Manager, *clock) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	state := testutil.StateDir(t)
+	log := slog.New(slog.DiscardHandler)
+	rt, err := native.New(runtime.Config{StateDir: filepath.Join(state, "native"), GuestBinary: testutil.Berth(t), Log: log},
+		native.Options{CgroupRoot: "berth-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(t.Context(), filepath.Join(state, "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{now: time.Now()}
+	m, err := New(Config{DefaultRuntime: native.Name, Now: clk.Now, SweepInterval: time.Hour,
+		DefaultTimeouts: TimeoutDefaults{Idle: 15 * time.Minute}}, st, map[string]runtime.Runtime{native.Name: rt}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		list, _ := m.List(context.Background(), "", labels.Selector{})
+		for _, sb := range list {
+			m.Delete(context.Background(), "", sb.ID)
+		}
+		m.Close()
+		rt.Close()
+		st.Close()
+	})
+	return m, clk
+}
+
+func secs(n int64) *int64 { return &n }
+
+func state(t *testing.T, m *Manager, id string) api.Sandbox {
+	t.Helper()
+	sb, err := m.Get(t.Context(), "", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// TestIdleStopNeverKillsAWorkingSandbox drives the timeouts with the manual
+// clock: a running background process keeps the sandbox alive past its idle
+// timeout; once it ends and the idle time passes, the sandbox stops; after
+// delete_after it is deleted.
+func TestIdleStopNeverKillsAWorkingSandbox(t *testing.T) {
+	m, clk := newManager(t)
+	ctx := t.Context()
+	sb, err := m.Create(ctx, "", api.CreateSandboxRequest{Timeouts: api.Timeouts{IdleSeconds: secs(60), DeleteAfterSeconds: secs(3600)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *sb.Timeouts.IdleSeconds != 60 || *sb.Timeouts.MaxLifetimeSeconds != 0 {
+		t.Fatalf("timeouts in force: %+v", sb.Timeouts)
+	}
+	p, err := m.StartProcess(ctx, "", sb.ID, api.ExecRequest{Cmd: []string{"sleep", "600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Minute)
+	m.Sweep(ctx)
+	if got := state(t, m, sb.ID); got.State != api.StateRunning {
+		t.Fatalf("stopped while a process ran: %+v", got)
+	}
+	if err := m.SignalProcess(ctx, "", sb.ID, p.Pid, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WaitProcess(ctx, "", sb.ID, p.Pid, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(30 * time.Second) // the wait was activity: not idle long enough yet
+	m.Sweep(ctx)
+	if got := state(t, m, sb.ID); got.State != api.StateRunning {
+		t.Fatalf("stopped 30s after the last activity: %+v", got)
+	}
+	clk.Advance(31 * time.Second)
+	m.Sweep(ctx)
+	got := state(t, m, sb.ID)
+	if got.State != api.StateStopped || got.StoppedAt == nil || got.Error == "" {
+		t.Fatalf("want stopped with a reason: %+v", got)
+	}
+	if _, err := m.Exec(ctx, "", sb.ID, api.ExecRequest{Cmd: []string{"true"}}); !errdefs.IsConflict(err) {
+		t.Fatalf("exec in a stopped sandbox: %v", err)
+	}
+	clk.Advance(59 * time.Minute)
+	m.Sweep(ctx)
+	if got := state(t, m, sb.ID); got.State != api.StateStopped {
+		t.Fatalf("deleted too early: %+v", got)
+	}
+	clk.Advance(2 * time.Minute)
+	m.Sweep(ctx)
+	if _, err := m.Get(ctx, "", sb.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("not deleted after delete_after: %v", err)
+	}
+}
+
+func TestKeepaliveAndMaxLifetime(t *testing.T) {
+	m, clk := newManager(t)
+	ctx := t.Context()
+	sb, err := m.Create(ctx, "", api.CreateSandboxRequest{Timeouts: api.Timeouts{IdleSeconds: secs(60), MaxLifetimeSeconds: secs(600)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 9 { // 9 × 50 s with a keepalive each time: never idle for 60 s
+		clk.Advance(50 * time.Second)
+		if err := m.Keepalive(ctx, "", sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		m.Sweep(ctx)
+	}
+	if got := state(t, m, sb.ID); got.State != api.StateRunning {
+		t.Fatalf("stopped despite keepalives: %+v", got)
+	}
+	clk.Advance(160 * time.Second) // past the 600 s lifetime
+	m.Keepalive(ctx, "", sb.ID)
+	m.Sweep(ctx)
+	if got := state(t, m, sb.ID); got.State != api.StateStopped {
+		t.Fatalf("running past its maximum lifetime: %+v", got)
+	}
+}
+
+func TestTimeoutValidation(t *testing.T) {
+	m, _ := newManager(t)
+	_, err := m.Create(t.Context(), "", api.CreateSandboxRequest{Timeouts: api.Timeouts{IdleSeconds: secs(-1)}})
+	if !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("negative timeout: %v", err)
+	}
+}
