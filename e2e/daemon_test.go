@@ -61,7 +61,11 @@ func startDaemon(t testing.TB, state string) *daemon {
 	d.url = "http://" + d.listen
 	d.start()
 	t.Cleanup(func() {
-		// Remove what the test left, then stop the daemon.
+		// Remove what the test left (with a daemon again if the test killed
+		// it), then stop the daemon.
+		if d.cmd != nil && d.cmd.ProcessState != nil {
+			d.start()
+		}
 		if d.cmd != nil && d.cmd.ProcessState == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -243,14 +244,15 @@ func TestRestartSurvival(t *testing.T) {
 	if _, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "echo before > /home/user/file"}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "echo tick; exec sleep 600"})
+	marker := fmt.Sprintf("sleep %d", 600+time.Now().UnixNano()%1000) // unique on this host
+	p, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "echo tick; exec " + marker})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.kill9()
 	// While no daemon runs, the sandbox's processes live on.
-	if n := countProcs("sleep 600"); n != 1 {
-		t.Fatalf("%d 'sleep 600' processes while the daemon is down, want 1", n)
+	if n := countProcs(marker); n != 1 {
+		t.Fatalf("%d %q processes while the daemon is down, want 1", n, marker)
 	}
 	d.start()
 	got, err := d.client.GetSandbox(ctx, sb.ID)
@@ -271,8 +273,8 @@ func TestRestartSurvival(t *testing.T) {
 	if tr := d.traces(sb.ID); len(tr) > 0 {
 		t.Fatalf("traces after delete: %v", tr)
 	}
-	if n := countProcs("sleep 600"); n != 0 {
-		t.Fatalf("%d 'sleep 600' processes after delete", n)
+	if n := countProcs(marker); n != 0 {
+		t.Fatalf("%d %q processes after delete", n, marker)
 	}
 }
 

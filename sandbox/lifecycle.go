@@ -235,8 +235,9 @@ func timeoutsOf(t api.Timeouts) timeouts {
 	return timeouts{idle: d(t.IdleSeconds), deleteAfter: d(t.DeleteAfterSeconds), maxLifetime: d(t.MaxLifetimeSeconds)}
 }
 
-// decide is the whole timeout policy, free of I/O: busy is asked only when
-// the idle time has run out, and a busy sandbox is never stopped for idleness.
+// decide is the whole timeout policy, free of I/O: busy (is the sandbox
+// still active, on a closer look) is asked only when the idle time seems to
+// have run out, and an active sandbox is never stopped for idleness.
 func decide(now time.Time, state string, t timeouts, created, stoppedAt, lastActive time.Time, busy func() bool) action {
 	switch state {
 	case api.StateRunning:
@@ -289,8 +290,9 @@ func (m *Manager) Sweep(ctx context.Context) {
 		if ls != nil {
 			lastActive = time.Unix(0, ls.lastActive.Load())
 		}
-		busy := func() bool { return ls != nil && m.busy(ctx, ls) }
-		act := decide(now, rec.State, timeoutsOf(spec.Timeouts), rec.CreatedAt, rec.StoppedAt, lastActive, busy)
+		t := timeoutsOf(spec.Timeouts)
+		busy := func() bool { return ls != nil && m.active(ctx, ls, t.idle) }
+		act := decide(now, rec.State, t, rec.CreatedAt, rec.StoppedAt, lastActive, busy)
 		switch act.kind {
 		case "stop":
 			unlock := m.ops.lock(rec.ID)
@@ -304,26 +306,39 @@ func (m *Manager) Sweep(ctx context.Context) {
 	}
 }
 
-// busy reports whether a sandbox is working: an open stream or a running
-// process started through the API. Being busy counts as activity.
-func (m *Manager) busy(ctx context.Context, ls *liveSandbox) bool {
-	busy := ls.streams.Load() > 0
-	if !busy {
-		procs, err := ls.guest.List(ctx)
-		if err != nil {
-			return true // when in doubt, do not stop a sandbox
+// active reports whether a sandbox still counts as active for an idle
+// timeout of idle: an open stream, a running process started through the
+// API, or one that ended less than idle ago (its end is activity). It
+// refreshes the sandbox's last activity from what it finds. Process times
+// come from the guest and are not believed beyond the manager's now.
+func (m *Manager) active(ctx context.Context, ls *liveSandbox, idle time.Duration) bool {
+	now := m.cfg.Now()
+	touch := func(t time.Time) {
+		if t.After(now) {
+			t = now
 		}
-		for _, p := range procs {
-			if p.Running {
-				busy = true
-				break
-			}
+		if t.UnixNano() > ls.lastActive.Load() {
+			ls.lastActive.Store(t.UnixNano())
 		}
 	}
-	if busy {
-		ls.lastActive.Store(m.cfg.Now().UnixNano())
+	if ls.streams.Load() > 0 {
+		touch(now)
+		return true
 	}
-	return busy
+	procs, err := ls.guest.List(ctx)
+	if err != nil {
+		return true // when in doubt, do not stop a sandbox
+	}
+	for _, p := range procs {
+		if p.Running {
+			touch(now)
+			return true
+		}
+		if p.Result != nil {
+			touch(time.UnixMilli(p.StartedUnixMs + p.Result.DurationMs))
+		}
+	}
+	return now.Sub(time.Unix(0, ls.lastActive.Load())) < idle
 }
 
 func recordSpec(rec store.Sandbox) (api.CreateSandboxRequest, error) {
