@@ -51,6 +51,39 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, h) })
 	t.Run("FailedCreateLeavesNothing", func(t *testing.T) { testFailedCreate(t, h) })
 	t.Run("DeleteIsIdempotent", func(t *testing.T) { testDeleteTwice(t, h) })
+	if _, ok := h.Runtime.(runtime.Stopper); ok && h.Runtime.Capabilities().StopStart {
+		t.Run("StopStartKeepsFiles", func(t *testing.T) { testStopStart(t, h) })
+	}
+}
+
+func testStopStart(t *testing.T, h Harness) {
+	st := h.Runtime.(runtime.Stopper)
+	sb := Create(t, h, runtime.Spec{})
+	Sh(t, sb, "echo kept > /root/f && echo user-kept > /tmp/g")
+	if err := st.Stop(t.Context(), sb.ID, sb.Inst.State); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sb.Inst.Exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("init still running after stop")
+	}
+	if err := st.Stop(t.Context(), sb.ID, sb.Inst.State); err != nil {
+		t.Fatalf("second stop: %v", err)
+	}
+	inst, err := st.Start(t.Context(), runtime.Spec{ID: sb.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Inst.State = inst.State // the cleanup deletes what runs now
+	again := &Sandbox{ID: sb.ID, Inst: inst, Guest: guestclient.New(sb.ID, inst.Token, inst.Dial)}
+	defer again.Guest.Close()
+	if _, err := again.Guest.Hello(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := Sh(t, again, "cat /root/f /tmp/g; hostname"); got != "kept\nuser-kept\n"+sb.ID {
+		t.Fatalf("after start: %q", got)
+	}
 }
 
 // Sandbox is a created sandbox with a connected guest.
