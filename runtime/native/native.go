@@ -540,6 +540,8 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 			r.log.Warn("bad runtime state; stopping by id", "sandbox", id, "err", err)
 		}
 	}
+	t0 := time.Now()
+	defer func() { r.log.Debug("stopped", "sandbox", id, "took", time.Since(t0)) }()
 	if st.Pid > 0 && alive(st.Pid, st.StartTime) {
 		// Killing the init of a PID namespace kills everything in it.
 		unix.Kill(st.Pid, unix.SIGKILL)
@@ -557,11 +559,13 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	tWait := time.Now()
 	if cg != nil {
 		if err := cg.Remove(); err != nil {
 			return fmt.Errorf("sandbox %s: remove cgroup: %w", id, err)
 		}
 	}
+	r.log.Debug("stop phases", "sandbox", id, "kill_wait", tWait.Sub(t0), "cgroup_remove", time.Since(tWait))
 	os.Remove(filepath.Join(r.sandboxDir(id), "ctl", guestapi.ControlSocketName))
 	return nil
 }
