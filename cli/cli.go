@@ -244,10 +244,28 @@ func argvAfterDash(cmd *cobra.Command, args []string, before int) ([]string, []s
 }
 
 func createCommand(connect connector) *cobra.Command {
+	return createLike(connect, "create [flags]", "Create a sandbox and print its id",
+		func(ctx context.Context, c *client.Client, req api.CreateSandboxRequest) (api.Sandbox, error) {
+			return c.CreateSandbox(ctx, req)
+		})
+}
+
+func getOrCreateCommand(connect connector) *cobra.Command {
+	return createLike(connect, "get-or-create --label k=v [create flags]",
+		"Print the id of the sandbox with these labels, creating (or starting) it if needed",
+		func(ctx context.Context, c *client.Client, req api.CreateSandboxRequest) (api.Sandbox, error) {
+			sb, _, err := c.GetOrCreate(ctx, req)
+			return sb, err
+		})
+}
+
+// createLike is a command that takes the create flags, makes one call, and
+// prints the sandbox's id alone.
+func createLike(connect connector, use, short string, call func(context.Context, *client.Client, api.CreateSandboxRequest) (api.Sandbox, error)) *cobra.Command {
 	var f createFlags
 	cmd := &cobra.Command{
-		Use:   "create [flags]",
-		Short: "Create a sandbox and print its id",
+		Use:   use,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req, err := f.request()
@@ -258,7 +276,7 @@ func createCommand(connect connector) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sb, err := c.CreateSandbox(cmd.Context(), req)
+			sb, err := call(cmd.Context(), c, req)
 			if err != nil {
 				return err
 			}
@@ -562,33 +580,6 @@ func labelCommand(connect connector) *cobra.Command {
 			return nil
 		},
 	}
-}
-
-func getOrCreateCommand(connect connector) *cobra.Command {
-	var f createFlags
-	cmd := &cobra.Command{
-		Use:   "get-or-create --label k=v [create flags]",
-		Short: "Print the id of the sandbox with these labels, creating (or starting) it if needed",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			req, err := f.request()
-			if err != nil {
-				return err
-			}
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			sb, _, err := c.GetOrCreate(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
-			return nil
-		},
-	}
-	f.add(cmd)
-	return cmd
 }
 
 func psCommand(connect connector) *cobra.Command {

@@ -95,17 +95,27 @@ func (m *Manager) ExecStream(ctx context.Context, tenant, id string, req api.Exe
 		return err
 	}
 	spec := processSpec(ls.spec, req)
-	ls.streams.Add(1) // an open exec is activity for as long as it runs
-	defer func() {
-		ls.lastActive.Store(m.cfg.Now().UnixNano())
-		ls.streams.Add(-1)
-	}()
+	defer m.streaming(ls)()
 	st, err := ls.guest.Exec(ctx, spec)
 	if err != nil {
 		return err
 	}
 	defer st.Close() // closing early makes the guest kill the process group
-	limit := spec.MaxOutputBytes
+	return pump(id, st, spec.MaxOutputBytes, emit)
+}
+
+// streaming counts an open stream as activity for as long as it is open;
+// call the returned func when it closes.
+func (m *Manager) streaming(ls *liveSandbox) func() {
+	ls.streams.Add(1)
+	return func() {
+		ls.lastActive.Store(m.cfg.Now().UnixNano())
+		ls.streams.Add(-1)
+	}
+}
+
+// pump relays a guest event stream to emit until its terminal event.
+func pump(id string, st *guestclient.Stream, limit int64, emit func(api.ExecEvent) error) error {
 	var sent [2]int64
 	for {
 		ev, err := st.Next()
@@ -221,33 +231,13 @@ func (m *Manager) ProcessOutput(ctx context.Context, tenant, id string, pid int,
 	if err != nil {
 		return err
 	}
-	ls.streams.Add(1)
-	defer func() {
-		ls.lastActive.Store(m.cfg.Now().UnixNano())
-		ls.streams.Add(-1)
-	}()
+	defer m.streaming(ls)()
 	st, err := ls.guest.Output(ctx, pid, follow)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	var sent [2]int64
-	for {
-		ev, err := st.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		out, err := relay(id, ev, maxOutput, &sent)
-		if err != nil {
-			return err
-		}
-		if err := emit(out); err != nil {
-			return err
-		}
-	}
+	return pump(id, st, maxOutput, emit)
 }
 
 // WaitProcess waits for a process to end.
