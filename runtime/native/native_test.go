@@ -19,7 +19,7 @@ import (
 
 const cgroupRoot = "berth-test"
 
-func newRuntime(t *testing.T) (*native.Runtime, string) {
+func newRuntime(t testing.TB) (*native.Runtime, string) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	state := testutil.StateDir(t)

@@ -35,7 +35,7 @@ var seq struct {
 	n int
 }
 
-func newID(t *testing.T) string {
+func newID(t testing.TB) string {
 	seq.Lock()
 	defer seq.Unlock()
 	seq.n++
@@ -95,7 +95,7 @@ type Sandbox struct {
 
 // Create makes a sandbox, says hello to its guest, and deletes it (checking
 // for leaks) at the end of the test.
-func Create(t *testing.T, h Harness, spec runtime.Spec) *Sandbox {
+func Create(t testing.TB, h Harness, spec runtime.Spec) *Sandbox {
 	t.Helper()
 	if spec.ID == "" {
 		spec.ID = newID(t)
