@@ -35,6 +35,8 @@ type Config struct {
 	DefaultLimits api.Limits
 	// DefaultTimeouts apply where a create request leaves a timeout out.
 	DefaultTimeouts sandbox.TimeoutDefaults
+	// WarmPool is how many default sandboxes are kept booted ahead of time.
+	WarmPool int
 	// Native tunes the native runtime.
 	Native native.Options
 }
@@ -107,7 +109,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		return nil, fmt.Errorf("default runtime %q cannot run on this host (see the log above)", cfg.DefaultRuntime)
 	}
 	m, err := sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, DefaultLimits: cfg.DefaultLimits,
-		DefaultTimeouts: cfg.DefaultTimeouts}, st, d.Runtimes, log)
+		DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool}, st, d.Runtimes, log)
 	if err != nil {
 		return nil, err
 	}

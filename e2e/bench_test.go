@@ -61,6 +61,54 @@ func BenchmarkCreateExec(b *testing.B) {
 	reportPercentiles(b, samples)
 }
 
+// BenchmarkCreateExecWarmPool measures create → first exec output when the
+// create is served by the warm pool (--warm-pool 2): between iterations,
+// untimed, the benchmark waits for the pool to refill, as it would between
+// an agent's creates.
+func BenchmarkCreateExecWarmPool(b *testing.B) {
+	d := startDaemon(b, "", "--warm-pool", "2")
+	ctx := context.Background()
+	var samples []time.Duration
+	live := 0
+	refilled := func() {
+		for deadline := time.Now().Add(10 * time.Second); d.sandboxDirs() < live+2 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	refilled()
+	var ids []string
+	b.ResetTimer()
+	for b.Loop() {
+		start := time.Now()
+		sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "hi"}})
+		if err != nil || string(r.Stdout) != "hi\n" {
+			b.Fatalf("exec: %+v %v", r, err)
+		}
+		samples = append(samples, time.Since(start))
+		ids = append(ids, sb.ID)
+		live++
+		b.StopTimer()
+		if len(ids) == 20 {
+			for _, id := range ids {
+				d.client.DeleteSandbox(ctx, id)
+			}
+			live -= len(ids)
+			ids = ids[:0]
+		}
+		refilled()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	for _, id := range ids {
+		d.client.DeleteSandbox(ctx, id)
+	}
+	reportPercentiles(b, samples)
+}
+
 // BenchmarkExecRoundTrip measures exec of /bin/true in a running sandbox
 // through the public API, result included.
 func BenchmarkExecRoundTrip(b *testing.B) {

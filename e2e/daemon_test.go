@@ -27,6 +27,7 @@ type daemon struct {
 	state  string
 	listen string
 	url    string
+	args   []string // extra serve flags
 	cmd    *exec.Cmd
 	log    *syncBuffer
 	client *client.Client
@@ -50,14 +51,16 @@ func (s *syncBuffer) String() string {
 }
 
 // startDaemon starts berth serve on a fresh state dir (or state, if given)
-// and waits until it answers. It is killed at the end of the test.
-func startDaemon(t testing.TB, state string) *daemon {
+// and waits until it answers; it is stopped at the end of the test. The
+// warm pool is off unless args turn it on, so that tests count only the
+// sandboxes they make.
+func startDaemon(t testing.TB, state string, args ...string) *daemon {
 	t.Helper()
 	testutil.RequireRoot(t)
 	if state == "" {
 		state = testutil.StateDir(t)
 	}
-	d := &daemon{t: t, bin: testutil.Berth(t), state: state, listen: freeAddr(t)}
+	d := &daemon{t: t, bin: testutil.Berth(t), state: state, listen: freeAddr(t), args: append([]string{"--warm-pool", "0"}, args...)}
 	d.url = "http://" + d.listen
 	d.start()
 	t.Cleanup(func() {
@@ -88,7 +91,7 @@ func (d *daemon) start() {
 	t := d.t
 	t.Helper()
 	d.log = &syncBuffer{}
-	d.cmd = exec.Command(d.bin, "serve", "--state-dir", d.state, "--listen", d.listen)
+	d.cmd = exec.Command(d.bin, append([]string{"serve", "--state-dir", d.state, "--listen", d.listen}, d.args...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := d.cmd.Start(); err != nil {
@@ -112,6 +115,18 @@ func (d *daemon) start() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// stop stops the daemon gracefully (SIGTERM) and waits for it.
+func (d *daemon) stop() {
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.cmd.Wait()
+}
+
+// sandboxDirs counts the sandbox directories on disk (pooled ones included).
+func (d *daemon) sandboxDirs() int {
+	entries, _ := os.ReadDir(filepath.Join(d.state, "runtimes", "native", "sandboxes"))
+	return len(entries)
 }
 
 // kill9 kills the daemon the hard way; sandboxes must survive it.

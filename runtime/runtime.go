@@ -72,6 +72,11 @@ type Stopper interface {
 	Start(ctx context.Context, spec Spec) (*Instance, error)
 }
 
+// Updater is a runtime that can change a running sandbox's limits.
+type Updater interface {
+	SetLimits(ctx context.Context, id string, l Limits) error
+}
+
 // Factory builds a runtime from the daemon's configuration. It returns an
 // error that says why when the runtime cannot work on this host.
 type Factory func(cfg Config) (Runtime, error)

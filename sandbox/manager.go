@@ -31,6 +31,9 @@ type Config struct {
 	DefaultTimeouts TimeoutDefaults
 	// CreateTimeout bounds one runtime Create or Start.
 	CreateTimeout time.Duration
+	// WarmPool is how many sandboxes of the default image and runtime are
+	// kept booted ahead of time, so that a create is a hand-over (0: none).
+	WarmPool int
 	// SweepInterval is how often timeouts are checked (default 1s).
 	SweepInterval time.Duration
 	// Now is the manager's clock (default time.Now); tests inject one.
@@ -52,8 +55,9 @@ type Manager struct {
 	mu   sync.Mutex
 	live map[string]*liveSandbox // running sandboxes with a guest connection
 
-	ops keyedMutex // one lifecycle operation at a time per sandbox
-	goc keyedMutex // one get-or-create at a time per tenant and label set
+	ops  keyedMutex // one lifecycle operation at a time per sandbox
+	goc  keyedMutex // one get-or-create at a time per tenant and label set
+	pool pool       // warm sandboxes for hand-over
 
 	ctx    context.Context // ends watchers at Close
 	cancel context.CancelFunc
@@ -86,7 +90,8 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, log *
 		cfg.Now = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, store: st, runtimes: runtimes, log: log, live: map[string]*liveSandbox{}, ctx: ctx, cancel: cancel}, nil
+	return &Manager{cfg: cfg, store: st, runtimes: runtimes, log: log, live: map[string]*liveSandbox{}, ctx: ctx, cancel: cancel,
+		pool: pool{size: cfg.WarmPool}}, nil
 }
 
 // Runtimes lists the names of the available runtimes.
@@ -118,7 +123,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			}
 		case api.StateStopping, api.StateStarting:
 			m.settleStopped(ctx, rec, "a "+rec.State+" was cut off by a daemon restart")
-		case api.StateCreating, api.StateDeleting:
+		case api.StateCreating, api.StateDeleting, statePooled:
 			// A create or delete was cut off by a daemon crash: finish it as a delete.
 			m.log.Warn("cleaning up a sandbox left half-made", "sandbox", rec.ID, "state", rec.State)
 			if rt, ok := m.runtimes[rec.Runtime]; ok {
@@ -132,6 +137,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	m.wg.Add(1)
 	go m.sweeper()
+	m.startPool()
 	return nil
 }
 
@@ -206,14 +212,20 @@ func (m *Manager) watch(id string, inst *runtime.Instance) {
 	ls.guest.Close()
 	m.log.Warn("sandbox init exited", "sandbox", id)
 	if rec, err := m.store.GetSandbox(context.Background(), id); err == nil {
+		if rec.State == statePooled {
+			m.discard(context.Background(), id)
+			return
+		}
 		m.settleStopped(context.Background(), rec, "its init exited unexpectedly: start it again")
 	}
 }
 
-// Close stops the manager's watchers and drops guest connections. Sandboxes keep running.
+// Close stops the manager's watchers, deletes the warm pool and drops guest
+// connections. Sandboxes keep running.
 func (m *Manager) Close() {
 	m.cancel()
 	m.wg.Wait()
+	m.drainPool(context.Background())
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, ls := range m.live {
@@ -226,6 +238,14 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 	req, err := m.normalize(req)
 	if err != nil {
 		return api.Sandbox{}, err
+	}
+	if id, ok := m.takePooled(req); ok {
+		sb, err := m.claim(ctx, tenant, id, req)
+		if err == nil {
+			return sb, nil
+		}
+		m.log.Warn("warm pool hand-over failed; booting a new sandbox", "sandbox", id, "err", err)
+		m.discard(context.Background(), id)
 	}
 	rt := m.runtimes[req.Runtime]
 	id, err := newID()
@@ -292,7 +312,7 @@ func (m *Manager) record(ctx context.Context, tenant, id string) (store.Sandbox,
 	if err != nil {
 		return rec, err
 	}
-	if tenant != "" && rec.Tenant != tenant {
+	if (tenant != "" && rec.Tenant != tenant) || rec.State == statePooled {
 		return store.Sandbox{}, errdefs.New(errdefs.NotFound, "sandbox %q not found", id)
 	}
 	return rec, nil
@@ -306,6 +326,9 @@ func (m *Manager) List(ctx context.Context, tenant string, sel labels.Selector) 
 	}
 	out := make([]api.Sandbox, 0, len(recs))
 	for _, rec := range recs {
+		if rec.State == statePooled {
+			continue
+		}
 		sb, err := recordToAPI(rec)
 		if err != nil {
 			return nil, err

@@ -300,6 +300,28 @@ func (s *Store) SetLabels(ctx context.Context, id string, m map[string]string) e
 	})
 }
 
+// ReplaceSandbox overwrites every field of sandbox sb.ID whose state is
+// from, labels included, atomically. It is how a pooled sandbox is handed
+// over: not_found if no such row is in state from.
+func (s *Store) ReplaceSandbox(ctx context.Context, from string, sb Sandbox) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET tenant = ?, state = ?, image = ?, runtime = ?, spec = ?,
+			error = ?, created_at = ?, updated_at = ?, stopped_at = 0 WHERE id = ? AND state = ?`,
+			sb.Tenant, sb.State, sb.Image, sb.Runtime, []byte(sb.Spec), sb.Error,
+			sb.CreatedAt.UTC().UnixNano(), sb.UpdatedAt.UTC().UnixNano(), sb.ID, from)
+		if err != nil {
+			return fmt.Errorf("replace sandbox %s: %w", sb.ID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return errdefs.New(errdefs.NotFound, "sandbox %q in state %s not found", sb.ID, from)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_labels WHERE sandbox_id = ?`, sb.ID); err != nil {
+			return err
+		}
+		return insertLabels(ctx, tx, sb.ID, sb.Labels)
+	})
+}
+
 // DeleteSandbox removes a sandbox and its labels.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return s.update(ctx, id, `DELETE FROM sandboxes WHERE id = ?`)

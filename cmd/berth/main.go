@@ -80,6 +80,7 @@ func serveCommand() *cobra.Command {
 	f.DurationVar(&cfg.DefaultTimeouts.Idle, "default-idle-timeout", 15*time.Minute, "stop sandboxes idle this long, unless they set their own (0: never)")
 	f.DurationVar(&cfg.DefaultTimeouts.DeleteAfter, "default-delete-after", 0, "delete sandboxes this long after they stopped, unless they set their own (0: never)")
 	f.DurationVar(&cfg.DefaultTimeouts.MaxLifetime, "default-max-lifetime", 0, "stop sandboxes this long after creation, unless they set their own (0: never)")
+	f.IntVar(&cfg.WarmPool, "warm-pool", 2, "sandboxes of the default image kept booted ahead of time, so a create is a hand-over (0: none)")
 	f.BoolVar(&cfg.Native.NoSeccomp, "no-seccomp", false, "do not install the seccomp profile in sandboxes (debugging only)")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	return cmd

@@ -196,7 +196,23 @@ func (r *Runtime) Capabilities() runtime.Capabilities {
 	return runtime.Capabilities{Limits: true, StopStart: true}
 }
 
-var _ runtime.Stopper = (*Runtime)(nil)
+var (
+	_ runtime.Stopper = (*Runtime)(nil)
+	_ runtime.Updater = (*Runtime)(nil)
+)
+
+// SetLimits implements runtime.Updater: the kernel applies new limits to a
+// running sandbox at once.
+func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) error {
+	cg, err := r.cgroups.Load(id)
+	if err != nil {
+		return errdefs.Wrap(errdefs.Conflict, err, "sandbox %s has no cgroup (is it running?)", id)
+	}
+	if err := cg.Set(cgroup.Limits(l)); err != nil {
+		return errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
+	}
+	return nil
+}
 
 // Close stops the runtime's exit monitors. Sandboxes keep running.
 func (r *Runtime) Close() error {

@@ -1,0 +1,192 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/store"
+)
+
+// statePooled is the store state of a warm-pool sandbox: booted, connected,
+// owned by no tenant, invisible to the API until a create claims it.
+const statePooled = "pooled"
+
+// pool keeps sandboxes booted ahead of time, so that a create of the default
+// image and runtime is a hand-over instead of a boot.
+type pool struct {
+	size  int
+	mu    sync.Mutex
+	ready []string      // ids, oldest first
+	kick  chan struct{} // wakes the refiller
+}
+
+// startPool starts the refiller when a pool is configured.
+func (m *Manager) startPool() {
+	m.pool.kick = make(chan struct{}, 1)
+	if m.pool.size == 0 {
+		return
+	}
+	if _, ok := m.runtimes[m.cfg.DefaultRuntime].(runtime.Updater); !ok {
+		m.log.Warn("warm pool off: the default runtime cannot change limits of a running sandbox", "runtime", m.cfg.DefaultRuntime)
+		m.pool.size = 0
+		return
+	}
+	m.wg.Add(1)
+	go m.refiller()
+}
+
+// refiller boots sandboxes until the pool is full, then waits for a take.
+func (m *Manager) refiller() {
+	defer m.wg.Done()
+	for {
+		for m.poolShort() {
+			if err := m.fillOne(m.ctx); err != nil {
+				if m.ctx.Err() != nil {
+					return
+				}
+				m.log.Warn("warm pool: boot failed", "err", err)
+				select {
+				case <-m.ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+			}
+		}
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-m.pool.kick:
+		}
+	}
+}
+
+func (m *Manager) poolShort() bool {
+	m.pool.mu.Lock()
+	defer m.pool.mu.Unlock()
+	return len(m.pool.ready) < m.pool.size
+}
+
+// fillOne boots one pooled sandbox with the daemon's defaults.
+func (m *Manager) fillOne(ctx context.Context) error {
+	req, err := m.normalize(api.CreateSandboxRequest{})
+	if err != nil {
+		return err
+	}
+	id, err := newID()
+	if err != nil {
+		return err
+	}
+	specJSON, _ := json.Marshal(req)
+	now := m.cfg.Now().UTC()
+	rec := store.Sandbox{ID: id, State: statePooled, Image: req.Image, Runtime: req.Runtime, Spec: specJSON,
+		CreatedAt: now, UpdatedAt: now}
+	if err := m.store.CreateSandbox(ctx, rec); err != nil {
+		return err
+	}
+	rt := m.runtimes[req.Runtime]
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
+	defer cancel()
+	inst, err := rt.Create(cctx, runtime.Spec{ID: id, Image: req.Image, Limits: runtime.Limits(req.Limits)})
+	if err != nil {
+		m.store.DeleteSandbox(context.Background(), id)
+		return err
+	}
+	if err := m.store.SetRuntimeState(ctx, id, inst.State); err == nil {
+		err = m.connect(cctx, id, inst, req)
+		if err == nil {
+			m.pool.mu.Lock()
+			m.pool.ready = append(m.pool.ready, id)
+			m.pool.mu.Unlock()
+			return nil
+		}
+	}
+	rt.Delete(context.Background(), id, inst.State)
+	m.store.DeleteSandbox(context.Background(), id)
+	return fmt.Errorf("warm pool sandbox %s: %w", id, err)
+}
+
+// takePooled hands out a pooled sandbox for req, if req fits the pool.
+func (m *Manager) takePooled(req api.CreateSandboxRequest) (string, bool) {
+	if m.pool.size == 0 || req.Image != "host" || req.Runtime != m.cfg.DefaultRuntime {
+		return "", false
+	}
+	m.pool.mu.Lock()
+	defer m.pool.mu.Unlock()
+	if len(m.pool.ready) == 0 {
+		return "", false
+	}
+	id := m.pool.ready[0]
+	m.pool.ready = m.pool.ready[1:]
+	select {
+	case m.pool.kick <- struct{}{}:
+	default:
+	}
+	return id, true
+}
+
+// claim turns pooled sandbox id into the tenant's sandbox for req: limits,
+// then the store row (spec, labels, owner, creation time) in one step.
+func (m *Manager) claim(ctx context.Context, tenant, id string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	unlock := m.ops.lock(id)
+	defer unlock()
+	rt := m.runtimes[req.Runtime]
+	if err := rt.(runtime.Updater).SetLimits(ctx, id, runtime.Limits(req.Limits)); err != nil {
+		return api.Sandbox{}, err
+	}
+	m.mu.Lock()
+	ls := m.live[id]
+	m.mu.Unlock()
+	if ls == nil {
+		return api.Sandbox{}, fmt.Errorf("pooled sandbox %s is gone", id)
+	}
+	specJSON, _ := json.Marshal(req)
+	now := m.cfg.Now().UTC()
+	rec := store.Sandbox{ID: id, Tenant: tenant, State: api.StateRunning, Image: req.Image, Runtime: req.Runtime,
+		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now}
+	m.mu.Lock()
+	ls.spec = req
+	m.mu.Unlock()
+	ls.lastActive.Store(now.UnixNano())
+	if err := m.store.ReplaceSandbox(ctx, statePooled, rec); err != nil {
+		return api.Sandbox{}, err
+	}
+	return toAPI(rec, req), nil
+}
+
+// discard deletes a pooled sandbox (a failed hand-over, an init that died,
+// shutdown).
+func (m *Manager) discard(ctx context.Context, id string) {
+	m.pool.mu.Lock()
+	for i, r := range m.pool.ready {
+		if r == id {
+			m.pool.ready = append(m.pool.ready[:i], m.pool.ready[i+1:]...)
+			break
+		}
+	}
+	m.pool.mu.Unlock()
+	m.drop(id)
+	rec, err := m.store.GetSandbox(ctx, id)
+	if err != nil || rec.State != statePooled {
+		return
+	}
+	if err := m.runtimes[rec.Runtime].Delete(ctx, id, rec.RuntimeState); err != nil {
+		m.log.Error("warm pool: delete failed", "sandbox", id, "err", err)
+		return
+	}
+	m.store.DeleteSandbox(ctx, id)
+}
+
+// drainPool deletes every pooled sandbox (at shutdown).
+func (m *Manager) drainPool(ctx context.Context) {
+	m.pool.mu.Lock()
+	ids := append([]string(nil), m.pool.ready...)
+	m.pool.mu.Unlock()
+	for _, id := range ids {
+		m.discard(ctx, id)
+	}
+}
