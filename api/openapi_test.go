@@ -31,6 +31,7 @@ var schemaTypes = map[string]reflect.Type{
 	"VersionResponse":       reflect.TypeFor[VersionResponse](),
 	"Timeouts":              reflect.TypeFor[Timeouts](),
 	"UpdateSandboxRequest":  reflect.TypeFor[UpdateSandboxRequest](),
+	"Usage":                 reflect.TypeFor[Usage](),
 }
 
 type schema struct {
@@ -291,7 +292,7 @@ func TestRoutesListsEveryOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(routes) != 19 {
-		t.Fatalf("%d operations, want 19: %v", len(routes), routes)
+	if len(routes) != 21 {
+		t.Fatalf("%d operations, want 21: %v", len(routes), routes)
 	}
 }

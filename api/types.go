@@ -87,6 +87,21 @@ type Sandbox struct {
 // merge patch: a string sets a label, null removes it.
 type UpdateSandboxRequest struct {
 	Labels map[string]*string `json:"labels,omitempty"`
+	// Limits change a running sandbox's ceilings at once; a zero field keeps
+	// its current value.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Usage is what a sandbox uses now: GET /v1/sandboxes/{id}/stats.
+type Usage struct {
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	MemoryBytes     int64   `json:"memory_bytes"`
+	MemoryPeakBytes int64   `json:"memory_peak_bytes"`
+	Pids            int64   `json:"pids"`
+	// OOMKills counts processes the kernel killed at the memory limit.
+	OOMKills int64 `json:"oom_kills"`
+	// DiskBytes is the space the sandbox's writable layer takes.
+	DiskBytes int64 `json:"disk_bytes"`
 }
 
 // ListSandboxesResponse is the body of GET /v1/sandboxes.

@@ -42,6 +42,7 @@ func AddCommands(root *cobra.Command) {
 		createCommand(connect), execCommand(connect), runCommand(connect), lsCommand(connect),
 		inspectCommand(connect), rmCommand(connect), psCommand(connect), killCommand(connect), logsCommand(connect),
 		stopCommand(connect), startCommand(connect), labelCommand(connect), getOrCreateCommand(connect),
+		statsCommand(connect), updateCommand(connect),
 	)
 }
 
@@ -580,6 +581,64 @@ func labelCommand(connect connector) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func statsCommand(connect connector) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stats ID",
+		Short: "Show what a running sandbox uses now (JSON)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			u, err := c.Stats(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(u)
+		},
+	}
+}
+
+func updateCommand(connect connector) *cobra.Command {
+	var memory string
+	var cpus float64
+	var pids int64
+	cmd := &cobra.Command{
+		Use:   "update [--memory 1G] [--cpus 2] [--pids 512] ID",
+		Short: "Change a running sandbox's limits; they apply at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l := api.Limits{CPUs: cpus, Pids: pids}
+			if memory != "" {
+				var err error
+				if l.MemoryBytes, err = ParseSize(memory); err != nil {
+					return fmt.Errorf("--memory: %w", err)
+				}
+			}
+			if l == (api.Limits{}) {
+				return fmt.Errorf("nothing to change: give --memory, --cpus or --pids")
+			}
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			sb, err := c.UpdateSandbox(cmd.Context(), args[0], api.UpdateSandboxRequest{Limits: &l})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "cpus=%g memory_bytes=%d pids=%d\n", sb.Limits.CPUs, sb.Limits.MemoryBytes, sb.Limits.Pids)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&memory, "memory", "m", "", "memory limit, e.g. 512M or 2G")
+	cmd.Flags().Float64Var(&cpus, "cpus", 0, "CPU limit in cores")
+	cmd.Flags().Int64Var(&pids, "pids", 0, "maximum number of processes and threads")
+	return cmd
 }
 
 func psCommand(connect connector) *cobra.Command {

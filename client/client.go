@@ -222,12 +222,24 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, sbPath(id), nil, nil, nil)
 }
 
+// UpdateSandbox changes a sandbox's labels (merge patch) and, while it runs, its limits.
+func (c *Client) UpdateSandbox(ctx context.Context, id string, req api.UpdateSandboxRequest) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPatch, sbPath(id), nil, req, &sb)
+	return sb, err
+}
+
 // UpdateLabels applies a merge patch to a sandbox's labels: a value sets a
 // label, nil removes it.
 func (c *Client) UpdateLabels(ctx context.Context, id string, patch map[string]*string) (api.Sandbox, error) {
-	var sb api.Sandbox
-	err := c.do(ctx, http.MethodPatch, sbPath(id), nil, api.UpdateSandboxRequest{Labels: patch}, &sb)
-	return sb, err
+	return c.UpdateSandbox(ctx, id, api.UpdateSandboxRequest{Labels: patch})
+}
+
+// Stats returns what a running sandbox uses now.
+func (c *Client) Stats(ctx context.Context, id string) (api.Usage, error) {
+	var u api.Usage
+	err := c.do(ctx, http.MethodGet, sbPath(id, "stats"), nil, nil, &u)
+	return u, err
 }
 
 // GetOrCreate returns the sandbox that carries every label of req (starting

@@ -77,6 +77,24 @@ type Updater interface {
 	SetLimits(ctx context.Context, id string, l Limits) error
 }
 
+// Usage is what a sandbox uses now.
+type Usage struct {
+	CPUSeconds      float64
+	MemoryBytes     int64
+	MemoryPeakBytes int64
+	Pids            int64
+	OOMKills        int64
+	DiskBytes       int64 // bytes in the writable layer
+}
+
+// StatsProvider is a runtime that reports a sandbox's usage.
+type StatsProvider interface {
+	Stats(ctx context.Context, id string) (Usage, error)
+	// OOMKills is the sandbox's count of OOM kills so far: cheap enough to
+	// read around every exec.
+	OOMKills(ctx context.Context, id string) (int64, error)
+}
+
 // Factory builds a runtime from the daemon's configuration. It returns an
 // error that says why when the runtime cannot work on this host.
 type Factory func(cfg Config) (Runtime, error)

@@ -94,14 +94,20 @@ func (m *Manager) ExecStream(ctx context.Context, tenant, id string, req api.Exe
 	if err != nil {
 		return err
 	}
-	spec := processSpec(ls.spec, req)
+	spec := processSpec(m.specOf(ls), req)
 	defer m.streaming(ls)()
+	before, known := m.oomKills(ctx, id)
 	st, err := ls.guest.Exec(ctx, spec)
 	if err != nil {
 		return err
 	}
 	defer st.Close() // closing early makes the guest kill the process group
-	return pump(id, st, spec.MaxOutputBytes, emit)
+	return pump(id, st, spec.MaxOutputBytes, func(ev api.ExecEvent) error {
+		if ev.Type == api.EventExit {
+			m.explain(ctx, id, before, known, ev.Result)
+		}
+		return emit(ev)
+	})
 }
 
 // streaming counts an open stream as activity for as long as it is open;
@@ -188,11 +194,17 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req api.E
 	if err != nil {
 		return api.Process{}, err
 	}
-	info, err := ls.guest.Start(ctx, processSpec(ls.spec, req))
+	before, known := m.oomKills(ctx, id)
+	info, err := ls.guest.Start(ctx, processSpec(m.specOf(ls), req))
 	if err != nil {
 		return api.Process{}, err
 	}
-	return processToAPI(info), nil
+	if known {
+		ls.rememberStart(info.Pid, before)
+	}
+	p := processToAPI(info)
+	m.explain(ctx, id, before, known, p.Result)
+	return p, nil
 }
 
 // ListProcesses lists a sandbox's processes started through the API.
@@ -207,7 +219,9 @@ func (m *Manager) ListProcesses(ctx context.Context, tenant, id string) ([]api.P
 	}
 	out := make([]api.Process, 0, len(infos))
 	for _, p := range infos {
-		out = append(out, processToAPI(p))
+		ap := processToAPI(p)
+		m.explainBackground(ctx, id, ls, ap.Pid, ap.Result)
+		out = append(out, ap)
 	}
 	return out, nil
 }
@@ -222,7 +236,9 @@ func (m *Manager) GetProcess(ctx context.Context, tenant, id string, pid int) (a
 	if err != nil {
 		return api.Process{}, err
 	}
-	return processToAPI(info), nil
+	p := processToAPI(info)
+	m.explainBackground(ctx, id, ls, pid, p.Result)
+	return p, nil
 }
 
 // ProcessOutput streams a process's kept output (and live output if follow).
@@ -237,7 +253,12 @@ func (m *Manager) ProcessOutput(ctx context.Context, tenant, id string, pid int,
 		return err
 	}
 	defer st.Close()
-	return pump(id, st, maxOutput, emit)
+	return pump(id, st, maxOutput, func(ev api.ExecEvent) error {
+		if ev.Type == api.EventExit {
+			m.explainBackground(ctx, id, ls, pid, ev.Result)
+		}
+		return emit(ev)
+	})
 }
 
 // WaitProcess waits for a process to end.
@@ -250,7 +271,9 @@ func (m *Manager) WaitProcess(ctx context.Context, tenant, id string, pid int, t
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	return resultToAPI(r), nil
+	res := resultToAPI(r)
+	m.explainBackground(ctx, id, ls, pid, &res)
+	return res, nil
 }
 
 // SignalProcess sends a signal, by name ("TERM", "SIGKILL") or number, to a process's group.
@@ -273,6 +296,12 @@ func (m *Manager) RemoveProcess(ctx context.Context, tenant, id string, pid int)
 		return err
 	}
 	return ls.guest.Remove(ctx, pid)
+}
+
+// explainBackground sets OOMKilled on a background process's result.
+func (m *Manager) explainBackground(ctx context.Context, id string, ls *liveSandbox, pid int, r *api.ExecResult) {
+	before, ok := ls.startCount(pid)
+	m.explain(ctx, id, before, ok, r)
 }
 
 func parseSignal(s string) (syscall.Signal, error) {

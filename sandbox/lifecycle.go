@@ -142,9 +142,10 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 	return m.store.UpdateState(ctx, id, api.StateRunning, "", m.cfg.Now())
 }
 
-// UpdateLabels applies a merge patch to a sandbox's labels: a value sets a
-// label, nil removes it.
-func (m *Manager) UpdateLabels(ctx context.Context, tenant, id string, patch map[string]*string) (api.Sandbox, error) {
+// Update applies a merge patch to a sandbox's labels (a value sets a label,
+// nil removes it) and changes its limits (running sandboxes only; a zero
+// field keeps its value). Nothing changes unless everything is valid.
+func (m *Manager) Update(ctx context.Context, tenant, id string, req api.UpdateSandboxRequest) (api.Sandbox, error) {
 	unlock := m.ops.lock(id)
 	defer unlock()
 	rec, err := m.record(ctx, tenant, id)
@@ -155,7 +156,7 @@ func (m *Manager) UpdateLabels(ctx context.Context, tenant, id string, patch map
 	for k, v := range rec.Labels {
 		merged[k] = v
 	}
-	for k, v := range patch {
+	for k, v := range req.Labels {
 		if v == nil {
 			delete(merged, k)
 		} else {
@@ -165,10 +166,57 @@ func (m *Manager) UpdateLabels(ctx context.Context, tenant, id string, patch map
 	if err := labels.Validate(merged); err != nil {
 		return api.Sandbox{}, err
 	}
-	if err := m.store.SetLabels(ctx, id, merged); err != nil {
-		return api.Sandbox{}, err
+	if req.Limits != nil {
+		if err := m.setLimits(ctx, rec, *req.Limits); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
+	if req.Labels != nil {
+		if err := m.store.SetLabels(ctx, id, merged); err != nil {
+			return api.Sandbox{}, err
+		}
 	}
 	return m.Get(ctx, tenant, id)
+}
+
+// setLimits applies new limits to a running sandbox and records them.
+func (m *Manager) setLimits(ctx context.Context, rec store.Sandbox, l api.Limits) error {
+	if rec.State != api.StateRunning {
+		return errdefs.New(errdefs.Conflict, "sandbox %s is %s: limits change only while it runs", rec.ID, rec.State)
+	}
+	upd, ok := m.runtimes[rec.Runtime].(runtime.Updater)
+	if !ok {
+		return errdefs.New(errdefs.NotImplemented, "runtime %q cannot change limits of a running sandbox", rec.Runtime)
+	}
+	spec, err := recordSpec(rec)
+	if err != nil {
+		return err
+	}
+	if l.CPUs != 0 {
+		spec.Limits.CPUs = l.CPUs
+	}
+	if l.MemoryBytes != 0 {
+		spec.Limits.MemoryBytes = l.MemoryBytes
+	}
+	if l.Pids != 0 {
+		spec.Limits.Pids = l.Pids
+	}
+	if err := validateLimits(spec.Limits); err != nil {
+		return err
+	}
+	if err := upd.SetLimits(ctx, rec.ID, runtime.Limits(spec.Limits)); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(spec)
+	if err := m.store.SetSpec(ctx, rec.ID, b); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if ls := m.live[rec.ID]; ls != nil {
+		ls.spec = spec
+	}
+	m.mu.Unlock()
+	return nil
 }
 
 // GetOrCreate returns the oldest sandbox of tenant that carries every label

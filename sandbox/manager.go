@@ -73,6 +73,8 @@ type liveSandbox struct {
 	lastActive atomic.Int64
 	// streams counts open exec and output streams.
 	streams atomic.Int64
+	// oom remembers OOM counts at background process starts.
+	oom oomCounter
 }
 
 // New returns a manager. Call Start to re-attach to sandboxes from the store.

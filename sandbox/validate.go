@@ -78,17 +78,25 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 	if l.Pids == 0 {
 		l.Pids = d.Pids
 	}
-	ncpu := float64(runtime.NumCPU())
-	if l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01) || l.CPUs > ncpu {
-		return req, errdefs.New(errdefs.InvalidArgument, "limits.cpus: %g is outside 0.01..%g (0 = no limit)", l.CPUs, ncpu)
-	}
-	if total := hostMemory(); l.MemoryBytes < 0 || (l.MemoryBytes > 0 && l.MemoryBytes < minMemory) || (total > 0 && l.MemoryBytes > total) {
-		return req, errdefs.New(errdefs.InvalidArgument, "limits.memory_bytes: %d is outside %d..%d (0 = no limit)", l.MemoryBytes, minMemory, total)
-	}
-	if l.Pids < 0 || (l.Pids > 0 && l.Pids < minPids) || l.Pids > maxPids {
-		return req, errdefs.New(errdefs.InvalidArgument, "limits.pids: %d is outside %d..%d (0 = no limit)", l.Pids, minPids, maxPids)
+	if err := validateLimits(*l); err != nil {
+		return req, err
 	}
 	return req, nil
+}
+
+// validateLimits checks limits against what works and what the host has.
+func validateLimits(l api.Limits) error {
+	ncpu := float64(runtime.NumCPU())
+	if l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01) || l.CPUs > ncpu {
+		return errdefs.New(errdefs.InvalidArgument, "limits.cpus: %g is outside 0.01..%g (0 = no limit)", l.CPUs, ncpu)
+	}
+	if total := hostMemory(); l.MemoryBytes < 0 || (l.MemoryBytes > 0 && l.MemoryBytes < minMemory) || (total > 0 && l.MemoryBytes > total) {
+		return errdefs.New(errdefs.InvalidArgument, "limits.memory_bytes: %d is outside %d..%d (0 = no limit)", l.MemoryBytes, minMemory, total)
+	}
+	if l.Pids < 0 || (l.Pids > 0 && l.Pids < minPids) || l.Pids > maxPids {
+		return errdefs.New(errdefs.InvalidArgument, "limits.pids: %d is outside %d..%d (0 = no limit)", l.Pids, minPids, maxPids)
+	}
+	return nil
 }
 
 // maxTimeout bounds every timeout (ten years: "never" is 0).

@@ -55,6 +55,8 @@ func New(m *sandbox.Manager, log *slog.Logger) *Server {
 	s.handle("POST /v1/sandboxes/{id}/stop", s.stopSandbox)
 	s.handle("POST /v1/sandboxes/{id}/start", s.startSandbox)
 	s.handle("POST /v1/sandboxes/{id}/keepalive", s.keepalive)
+	s.handle("GET /v1/sandboxes/{id}/stats", s.stats)
+	s.handle("GET /metrics", s.metrics)
 	s.handle("POST /v1/sandboxes/{id}/exec", s.exec)
 	s.handle("POST /v1/sandboxes/{id}/processes", s.startProcess)
 	s.handle("GET /v1/sandboxes/{id}/processes", s.listProcesses)
@@ -217,7 +219,7 @@ func (s *Server) updateSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	sb, err := s.m.UpdateLabels(r.Context(), tenant(r), r.PathValue("id"), req.Labels)
+	sb, err := s.m.Update(r.Context(), tenant(r), r.PathValue("id"), req)
 	if err != nil {
 		return err
 	}
@@ -263,6 +265,20 @@ func (s *Server) keepalive(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
+	u, err := s.m.Stats(r.Context(), tenant(r), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, u)
+}
+
+// metrics serves the Prometheus text exposition format (version 0.0.4).
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	return s.m.WriteMetrics(r.Context(), w)
 }
 
 func boolQuery(r *http.Request, name string) (bool, error) {

@@ -283,6 +283,12 @@ func (s *Store) SetRuntimeState(ctx context.Context, id string, st json.RawMessa
 		nullable(st), time.Now().UTC().UnixNano())
 }
 
+// SetSpec replaces a sandbox's stored spec.
+func (s *Store) SetSpec(ctx context.Context, id string, spec json.RawMessage) error {
+	return s.update(ctx, id, `UPDATE sandboxes SET spec = ?, updated_at = ? WHERE id = ?`,
+		[]byte(spec), time.Now().UTC().UnixNano())
+}
+
 // SetLabels replaces a sandbox's labels.
 func (s *Store) SetLabels(ctx context.Context, id string, m map[string]string) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {

@@ -197,9 +197,58 @@ func (r *Runtime) Capabilities() runtime.Capabilities {
 }
 
 var (
-	_ runtime.Stopper = (*Runtime)(nil)
-	_ runtime.Updater = (*Runtime)(nil)
+	_ runtime.Stopper       = (*Runtime)(nil)
+	_ runtime.Updater       = (*Runtime)(nil)
+	_ runtime.StatsProvider = (*Runtime)(nil)
 )
+
+// Stats implements runtime.StatsProvider from the sandbox's cgroup and the
+// size of its writable layer.
+func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Usage, error) {
+	cg, err := r.cgroups.Load(id)
+	if err != nil {
+		return runtime.Usage{}, errdefs.Wrap(errdefs.Conflict, err, "sandbox %s has no cgroup (is it running?)", id)
+	}
+	st, err := cg.Stats()
+	if err != nil {
+		return runtime.Usage{}, fmt.Errorf("sandbox %s: cgroup stats: %w", id, err)
+	}
+	u := runtime.Usage{CPUSeconds: float64(st.CPUUsageNs) / 1e9, MemoryBytes: st.MemoryCurrent,
+		MemoryPeakBytes: st.MemoryPeak, Pids: st.Pids, OOMKills: st.OOMKills}
+	u.DiskBytes = diskUsage(ctx, filepath.Join(r.sandboxDir(id), "upper"))
+	return u, nil
+}
+
+// OOMKills implements runtime.StatsProvider.
+func (r *Runtime) OOMKills(ctx context.Context, id string) (int64, error) {
+	cg, err := r.cgroups.Load(id)
+	if err != nil {
+		return 0, err
+	}
+	st, err := cg.Stats()
+	return st.OOMKills, err
+}
+
+// diskUsage adds up the allocated size of the files under dir (st_blocks,
+// like du), stopping early when ctx ends.
+func diskUsage(ctx context.Context, dir string) int64 {
+	var total int64
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return filepath.SkipAll
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				total += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return total
+}
 
 // SetLimits implements runtime.Updater: the kernel applies new limits to a
 // running sandbox at once.

@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
+)
+
+const allocGiB = "b = bytearray(1 << 30); print(len(b))"
+
+func TestOOMKilledIsReported(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Limits: api.Limits{MemoryBytes: 64 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "-c", allocGiB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OOMKilled || r.Signal != 9 || r.ExitCode != 137 {
+		t.Fatalf("1 GiB in 64 MiB: %+v (stderr %q)", r, r.Stderr)
+	}
+	// A process the user kills with SIGKILL is not reported as an OOM kill.
+	r, _ = d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "kill -9 $$"})
+	if r.OOMKilled || r.Signal != 9 {
+		t.Fatalf("plain SIGKILL: %+v", r)
+	}
+	// The sandbox itself survives its process's OOM kill.
+	if r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "alive"}}); err != nil || string(r.Stdout) != "alive\n" {
+		t.Fatalf("after the OOM kill: %+v %v", r, err)
+	}
+	// Background processes are explained too.
+	p, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "-c", allocGiB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := d.client.WaitProcess(ctx, sb.ID, p.Pid, 30*time.Second)
+	if err != nil || !w.OOMKilled {
+		t.Fatalf("background OOM: %+v %v", w, err)
+	}
+	u, err := d.client.Stats(ctx, sb.ID)
+	if err != nil || u.OOMKills < 2 || u.MemoryPeakBytes > 64<<20 || u.Pids < 1 {
+		t.Fatalf("stats after two OOM kills: %+v %v", u, err)
+	}
+}
+
+func TestLimitsChangeOnARunningSandbox(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Limits: api.Limits{Pids: 64, MemoryBytes: 128 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Limits: &api.Limits{Pids: 200}})
+	if err != nil || got.Limits.Pids != 200 || got.Limits.MemoryBytes != 128<<20 {
+		t.Fatalf("update: %+v %v", got.Limits, err)
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/pids/berth/" + sb.ID + "/pids.max"); err == nil && strings.TrimSpace(string(b)) != "200" {
+		t.Fatalf("pids.max = %s after the update", b)
+	}
+	for field, l := range map[string]api.Limits{
+		"limits.memory_bytes": {MemoryBytes: 1 << 20},
+		"limits.pids":         {Pids: 1},
+		"limits.cpus":         {CPUs: 1e6},
+	} {
+		_, err := d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Limits: &l})
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), "outside") {
+			t.Errorf("%s: %v, want invalid_argument with the range", field, err)
+		}
+	}
+	if _, err := d.client.StopSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Limits: &api.Limits{Pids: 300}})
+	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("limits on a stopped sandbox: %v", err)
+	}
+	// The stored limits (200) come back with start.
+	started, err := d.client.StartSandbox(ctx, sb.ID)
+	if err != nil || started.Limits.Pids != 200 {
+		t.Fatalf("after start: %+v %v", started.Limits, err)
+	}
+	if err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Limits: &api.Limits{Pids: 300}}); !errdefs.IsNotFound(err) {
+		t.Fatalf("limits on a deleted sandbox: %v", err)
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(d.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	body := string(b)
+	for _, want := range []string{`berth_sandboxes{state="running"} 1`, `berth_sandbox_memory_bytes{sandbox="` + sb.ID + `"}`,
+		`# TYPE berth_sandbox_cpu_seconds_total counter`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	out, _, code := d.cli("", "stats", sb.ID)
+	if code != 0 || !strings.Contains(out, `"memory_bytes"`) {
+		t.Fatalf("berth stats: %q", out)
+	}
+	out, errOut, code := d.cli("", "update", "--pids", "99", sb.ID)
+	if code != 0 || !strings.Contains(out, "pids=99") {
+		t.Fatalf("berth update: %q %q", out, errOut)
+	}
+}
