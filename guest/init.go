@@ -19,6 +19,7 @@ import (
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/capability"
 	"github.com/berthsh/berth/guest/proc"
+	"github.com/berthsh/berth/internal/fds"
 	"github.com/berthsh/berth/seccomp"
 )
 
@@ -34,6 +35,11 @@ const stage = "/tmp"
 
 // Main is the guest's entry point as the sandbox's init. It returns only on failure.
 func Main(ctx context.Context, log *slog.Logger) error {
+	// Nothing the runtime handed us beyond stdio may reach the workload; the
+	// config and status pipes are closed below once used.
+	if err := fds.CloseOnExecFrom(3); err != nil {
+		return fmt.Errorf("mark descriptors close-on-exec: %w", err)
+	}
 	status := os.NewFile(statusFD, "status")
 	cfgFile := os.NewFile(configFD, "config")
 	var cfg guestapi.InitConfig
@@ -271,6 +277,51 @@ func mountProcDevSys(root string) error {
 	// sysfs needs a network namespace owned by our user namespace, which we have.
 	if err := unix.Mount("sysfs", p("sys"), "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /sys: %w", err)
+	}
+	return maskPaths(root)
+}
+
+// maskedPaths are hidden inside a sandbox: kernel memory, keys, timers and
+// firmware that say much about the host and other tenants, or reach it.
+var maskedPaths = []string{
+	"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
+	"/proc/kallsyms", "/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup", "/proc/sysrq-trigger",
+	"/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware", "/sys/kernel/debug", "/sys/kernel/security",
+	"/sys/devices/virtual/powercap",
+}
+
+// readOnlyPaths stay visible but cannot be written, even by root inside.
+var readOnlyPaths = []string{"/proc/sys", "/proc/bus", "/proc/fs", "/proc/irq"}
+
+// maskPaths hides maskedPaths (files under /dev/null, directories under an
+// empty read-only tmpfs) and makes readOnlyPaths read-only.
+func maskPaths(root string) error {
+	for _, m := range maskedPaths {
+		dst := filepath.Join(root, m)
+		fi, err := os.Lstat(dst)
+		if err != nil {
+			continue // not on this kernel
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555")
+		} else {
+			err = unix.Mount("/dev/null", dst, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("mask %s: %w", m, err)
+		}
+	}
+	for _, ro := range readOnlyPaths {
+		dst := filepath.Join(root, ro)
+		if _, err := os.Lstat(dst); err != nil {
+			continue
+		}
+		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", ro, err)
+		}
+		if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("make %s read-only: %w", ro, err)
+		}
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/berthsh/berth/cli"
 	"github.com/berthsh/berth/daemon"
 	"github.com/berthsh/berth/guest"
+	"github.com/berthsh/berth/internal/fds"
 )
 
 func main() {
@@ -59,6 +60,11 @@ func serveCommand() *cobra.Command {
 		Short: "Run the berth daemon",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Whatever started the daemon may have left descriptors open;
+			// none of them may reach a sandbox.
+			if err := fds.CloseOnExecFrom(3); err != nil {
+				return fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
+			}
 			level := slog.LevelInfo
 			if debug {
 				level = slog.LevelDebug
