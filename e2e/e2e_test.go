@@ -249,8 +249,10 @@ func TestRestartSurvival(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 5*time.Second, func() bool { return countProcs(marker) == 1 }) // the shell has exec'd it
 	d.kill9()
 	// While no daemon runs, the sandbox's processes live on.
+	time.Sleep(100 * time.Millisecond)
 	if n := countProcs(marker); n != 1 {
 		t.Fatalf("%d %q processes while the daemon is down, want 1", n, marker)
 	}

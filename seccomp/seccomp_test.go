@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -163,4 +164,36 @@ func TestInstalledFilterRefusesAttacks(t *testing.T) {
 			t.Errorf("%s: %q, want %q", k, res[k], want)
 		}
 	}
+}
+
+// TestSecurityDocListsEveryRule keeps docs/security.md honest: every refused
+// syscall appears in its table with the errno the filter returns.
+func TestSecurityDocListsEveryRule(t *testing.T) {
+	b, err := os.ReadFile("../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, r := range Default().Rules() {
+		found := false
+		for _, line := range strings.Split(doc, "\n") {
+			if strings.Contains(line, "`"+r.Syscall+"`") && strings.Contains(line, errnoName(r.Errno)) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("docs/security.md has no table row with `%s` and %s", r.Syscall, errnoName(r.Errno))
+		}
+	}
+}
+
+func errnoName(e syscall.Errno) string {
+	switch e {
+	case unix.EPERM:
+		return "EPERM"
+	case unix.ENOSYS:
+		return "ENOSYS"
+	}
+	return e.Error()
 }
