@@ -7,7 +7,7 @@ STATE   ?= /var/lib/berth
 LISTEN  ?= 127.0.0.1:7680
 PKGS    := ./...
 
-.PHONY: build run install test vet bench fuzz clean
+.PHONY: build run install test test-deps vet bench fuzz clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/berth
@@ -25,7 +25,11 @@ vet:
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 
-test: build vet
+# Programs the tests run inside sandboxes must be in the host's /usr.
+test-deps:
+	./scripts/test-deps.sh
+
+test: build vet test-deps
 	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $(PKGS)
 
 bench: build

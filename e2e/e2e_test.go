@@ -167,6 +167,16 @@ func TestBackgroundProcesses(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Pid != p.Pid {
 		t.Fatalf("list: %+v %v", list, err)
 	}
+	// Its output so far can be read while it runs (and it must have printed before the signal).
+	waitFor(t, 5*time.Second, func() bool {
+		st, err := d.client.ProcessOutput(ctx, sb.ID, p.Pid, false)
+		if err != nil {
+			return false
+		}
+		defer st.Close()
+		ev, err := st.Next()
+		return err == nil && ev.Type == api.EventStdout && string(ev.Data) == "started\n"
+	})
 	if err := d.client.SignalProcess(ctx, sb.ID, p.Pid, "TERM"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages whose programs berth's tests run inside
+# sandboxes. A sandbox sees only the host's /usr, so a Python or procps
+# installed elsewhere (pyenv, /usr/local) does not count.
+set -euo pipefail
+need=()
+/usr/bin/python3 -c 'import ctypes, socket, http.server' 2>/dev/null || need+=(python3)
+[ -x /usr/bin/ps ] || need+=(procps)
+{ [ -x /usr/bin/su ] && [ -x /usr/bin/unshare ]; } || need+=(util-linux)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+	echo "tests need: ${need[*]} (install them, as root, with your package manager)" >&2
+	exit 1
+fi
+echo "installing ${need[*]}" >&2
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
