@@ -107,7 +107,7 @@ func TestExecResults(t *testing.T) {
 		t.Fatalf("timeout took %d ms", r.DurationMs)
 	}
 	// The timeout killed the whole process group: no sleep is left.
-	r, _ = d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "ps -eo comm | grep -c sleep || true"})
+	r, _ = d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "ps -eo stat=,comm= | grep -v '^Z' | grep -c sleep || true"})
 	if strings.TrimSpace(string(r.Stdout)) != "0" {
 		t.Fatalf("sleeps left after the timeout: %s", r.Stdout)
 	}
