@@ -52,9 +52,7 @@ type connector func() (*client.Client, error)
 type createFlags struct {
 	image, workdir, user string
 	labels, env          []string
-	memory               string
-	cpus                 float64
-	pids                 int64
+	limits               limitFlags
 	idle, deleteAfter    string
 	maxLifetime          string
 }
@@ -66,9 +64,7 @@ func (f *createFlags) add(cmd *cobra.Command) {
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V (repeatable)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "default working directory")
 	fl.StringVarP(&f.user, "user", "u", "", "default user (name or uid[:gid])")
-	fl.StringVarP(&f.memory, "memory", "m", "", "memory limit, e.g. 512M or 2G")
-	fl.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores, e.g. 0.5")
-	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
+	f.limits.add(cmd)
 	fl.StringVar(&f.idle, "idle-timeout", "", "stop after this long without activity, e.g. 15m (0: never; default: the daemon's)")
 	fl.StringVar(&f.deleteAfter, "delete-after", "", "delete this long after stopping, e.g. 24h (0: never)")
 	fl.StringVar(&f.maxLifetime, "max-lifetime", "", "stop this long after creation, e.g. 7d (0: never)")
@@ -92,8 +88,7 @@ func ParseDuration(s string) (time.Duration, error) {
 }
 
 func (f *createFlags) request() (api.CreateSandboxRequest, error) {
-	req := api.CreateSandboxRequest{Image: f.image, Workdir: f.workdir, User: f.user,
-		Limits: api.Limits{CPUs: f.cpus, Pids: f.pids}}
+	req := api.CreateSandboxRequest{Image: f.image, Workdir: f.workdir, User: f.user}
 	var err error
 	if req.Labels, err = parsePairs("--label", f.labels); err != nil {
 		return req, err
@@ -101,10 +96,8 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 	if req.Env, err = parsePairs("--env", f.env); err != nil {
 		return req, err
 	}
-	if f.memory != "" {
-		if req.Limits.MemoryBytes, err = ParseSize(f.memory); err != nil {
-			return req, fmt.Errorf("--memory: %w", err)
-		}
+	if req.Limits, err = f.limits.value(); err != nil {
+		return req, err
 	}
 	for _, t := range []struct {
 		flag, val string
@@ -140,6 +133,38 @@ func parsePairs(flag string, items []string) (map[string]string, error) {
 		m[k] = v
 	}
 	return m, nil
+}
+
+// limitFlags are --memory, --cpus and --pids, for create, run and update.
+type limitFlags struct {
+	memory string
+	cpus   float64
+	pids   int64
+}
+
+func (f *limitFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVarP(&f.memory, "memory", "m", "", "memory limit, e.g. 512M or 2G")
+	fl.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores, e.g. 0.5")
+	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
+}
+
+func (f *limitFlags) value() (api.Limits, error) {
+	l := api.Limits{CPUs: f.cpus, Pids: f.pids}
+	if f.memory != "" {
+		var err error
+		if l.MemoryBytes, err = ParseSize(f.memory); err != nil {
+			return l, fmt.Errorf("--memory: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// printJSON writes v indented, as inspect and stats show it.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // ParseSize reads a byte size with an optional K, M, G or T suffix (powers of
@@ -456,12 +481,10 @@ func inspectCommand(connect connector) *cobra.Command {
 				}
 				out = append(out, sb)
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
 			if len(out) == 1 {
-				return enc.Encode(out[0])
+				return printJSON(cmd.OutOrStdout(), out[0])
 			}
-			return enc.Encode(out)
+			return printJSON(cmd.OutOrStdout(), out)
 		},
 	}
 }
@@ -597,28 +620,21 @@ func statsCommand(connect connector) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(u)
+			return printJSON(cmd.OutOrStdout(), u)
 		},
 	}
 }
 
 func updateCommand(connect connector) *cobra.Command {
-	var memory string
-	var cpus float64
-	var pids int64
+	var f limitFlags
 	cmd := &cobra.Command{
 		Use:   "update [--memory 1G] [--cpus 2] [--pids 512] ID",
 		Short: "Change a running sandbox's limits; they apply at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l := api.Limits{CPUs: cpus, Pids: pids}
-			if memory != "" {
-				var err error
-				if l.MemoryBytes, err = ParseSize(memory); err != nil {
-					return fmt.Errorf("--memory: %w", err)
-				}
+			l, err := f.value()
+			if err != nil {
+				return err
 			}
 			if l == (api.Limits{}) {
 				return fmt.Errorf("nothing to change: give --memory, --cpus or --pids")
@@ -635,9 +651,7 @@ func updateCommand(connect connector) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&memory, "memory", "m", "", "memory limit, e.g. 512M or 2G")
-	cmd.Flags().Float64Var(&cpus, "cpus", 0, "CPU limit in cores")
-	cmd.Flags().Int64Var(&pids, "pids", 0, "maximum number of processes and threads")
+	f.add(cmd)
 	return cmd
 }
 

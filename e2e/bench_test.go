@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -25,58 +26,26 @@ func reportPercentiles(b *testing.B, samples []time.Duration) {
 }
 
 // BenchmarkCreateExec measures create → first exec output through the
-// public API (HTTP on loopback, Go client), one sandbox at a time. Deletes
-// happen outside the timed region.
-func BenchmarkCreateExec(b *testing.B) {
-	d := startDaemon(b, "")
+// public API (HTTP on loopback, Go client), one sandbox at a time, every
+// create a cold boot (--warm-pool 0). Deletes happen outside the timed region.
+func BenchmarkCreateExec(b *testing.B) { benchCreateExec(b, 0) }
+
+// BenchmarkCreateExecWarmPool measures the same when the create is served by
+// the warm pool (--warm-pool 2): between iterations, untimed, the benchmark
+// waits for the pool to refill, as it would between an agent's creates.
+func BenchmarkCreateExecWarmPool(b *testing.B) { benchCreateExec(b, 2) }
+
+func benchCreateExec(b *testing.B, pool int) {
+	d := startDaemon(b, "", "--warm-pool", strconv.Itoa(pool))
 	ctx := context.Background()
 	var samples []time.Duration
 	var ids []string
-	b.ResetTimer()
-	for b.Loop() {
-		start := time.Now()
-		sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "hi"}})
-		if err != nil || string(r.Stdout) != "hi\n" {
-			b.Fatalf("exec: %+v %v", r, err)
-		}
-		samples = append(samples, time.Since(start))
-		ids = append(ids, sb.ID)
-		if len(ids) == 20 {
-			b.StopTimer()
-			for _, id := range ids {
-				d.client.DeleteSandbox(ctx, id)
-			}
-			ids = ids[:0]
-			b.StartTimer()
-		}
-	}
-	b.StopTimer()
-	for _, id := range ids {
-		d.client.DeleteSandbox(ctx, id)
-	}
-	reportPercentiles(b, samples)
-}
-
-// BenchmarkCreateExecWarmPool measures create → first exec output when the
-// create is served by the warm pool (--warm-pool 2): between iterations,
-// untimed, the benchmark waits for the pool to refill, as it would between
-// an agent's creates.
-func BenchmarkCreateExecWarmPool(b *testing.B) {
-	d := startDaemon(b, "", "--warm-pool", "2")
-	ctx := context.Background()
-	var samples []time.Duration
-	live := 0
-	refilled := func() {
-		for deadline := time.Now().Add(10 * time.Second); d.sandboxDirs() < live+2 && time.Now().Before(deadline); {
+	refilled := func() { // pooled dirs + live sandboxes
+		for deadline := time.Now().Add(10 * time.Second); d.sandboxDirs() < len(ids)+pool && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
 	}
 	refilled()
-	var ids []string
 	b.ResetTimer()
 	for b.Loop() {
 		start := time.Now()
@@ -90,13 +59,11 @@ func BenchmarkCreateExecWarmPool(b *testing.B) {
 		}
 		samples = append(samples, time.Since(start))
 		ids = append(ids, sb.ID)
-		live++
 		b.StopTimer()
 		if len(ids) == 20 {
 			for _, id := range ids {
 				d.client.DeleteSandbox(ctx, id)
 			}
-			live -= len(ids)
 			ids = ids[:0]
 		}
 		refilled()

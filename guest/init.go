@@ -12,6 +12,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -53,6 +55,7 @@ func Main(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return reportFailure(status, err)
 	}
+	reserveThreads(threadReserve)
 	table := proc.NewTable(log, proc.Defaults{Hostname: cfg.Hostname})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -69,6 +72,31 @@ func Main(ctx context.Context, log *slog.Logger) error {
 	table.Close()
 	<-reaped
 	return err
+}
+
+// threadReserve is how many idle OS threads the guest keeps for later.
+const threadReserve = 8
+
+// reserveThreads makes the Go runtime create n OS threads now and keep them
+// idle. The guest's threads count against the sandbox's pids limit, and the
+// runtime aborts the process when it cannot create a thread it needs: under
+// a fork bomb at the limit, a guest that needed a new thread would die with
+// its sandbox. With a reserve it reuses idle threads instead. (Locking n
+// goroutines at once forces n threads; unlocking parks them, not frees them.)
+func reserveThreads(n int) {
+	var locked, release sync.WaitGroup
+	locked.Add(n)
+	release.Add(1)
+	for range n {
+		go func() {
+			runtime.LockOSThread()
+			locked.Done()
+			release.Wait()
+			runtime.UnlockOSThread()
+		}()
+	}
+	locked.Wait()
+	release.Done()
 }
 
 func reportFailure(status *os.File, err error) error {
