@@ -55,6 +55,8 @@ type Group interface {
 	// Kill sends SIGKILL to every process in the group.
 	Kill() error
 	Stats() (Stats, error)
+	// OOMKills is the group's count of OOM kills (one file read).
+	OOMKills() (int64, error)
 	// Remove deletes the group; absent is not an error.
 	Remove() error
 }

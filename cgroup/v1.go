@@ -230,6 +230,10 @@ func (g *v1Group) Stats() (Stats, error) {
 	return s, nil
 }
 
+func (g *v1Group) OOMKills() (int64, error) {
+	return keyed(g.dirs["memory"], "memory.oom_control", "oom_kill")
+}
+
 func (g *v1Group) Remove() error {
 	var errs []error
 	for _, c := range g.order {

@@ -138,4 +138,6 @@ func (g *v2Group) Stats() (Stats, error) {
 	return s, nil
 }
 
+func (g *v2Group) OOMKills() (int64, error) { return keyed(g.dir, "memory.events", "oom_kill") }
+
 func (g *v2Group) Remove() error { return rmdir(g.dir) }

@@ -96,7 +96,7 @@ func (m *Manager) ExecStream(ctx context.Context, tenant, id string, req api.Exe
 	}
 	spec := processSpec(m.specOf(ls), req)
 	defer m.streaming(ls)()
-	before, known := m.oomKills(ctx, id)
+	before, known := m.oomKills(ctx, ls, id)
 	st, err := ls.guest.Exec(ctx, spec)
 	if err != nil {
 		return err
@@ -104,7 +104,7 @@ func (m *Manager) ExecStream(ctx context.Context, tenant, id string, req api.Exe
 	defer st.Close() // closing early makes the guest kill the process group
 	return pump(id, st, spec.MaxOutputBytes, func(ev api.ExecEvent) error {
 		if ev.Type == api.EventExit {
-			m.explain(ctx, id, before, known, ev.Result)
+			m.explain(ctx, ls, id, before, known, ev.Result)
 		}
 		return emit(ev)
 	})
@@ -194,7 +194,7 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req api.E
 	if err != nil {
 		return api.Process{}, err
 	}
-	before, known := m.oomKills(ctx, id)
+	before, known := m.oomKills(ctx, ls, id)
 	info, err := ls.guest.Start(ctx, processSpec(m.specOf(ls), req))
 	if err != nil {
 		return api.Process{}, err
@@ -203,7 +203,7 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req api.E
 		ls.rememberStart(info.Pid, before)
 	}
 	p := processToAPI(info)
-	m.explain(ctx, id, before, known, p.Result)
+	m.explain(ctx, ls, id, before, known, p.Result)
 	return p, nil
 }
 
@@ -301,7 +301,7 @@ func (m *Manager) RemoveProcess(ctx context.Context, tenant, id string, pid int)
 // explainBackground sets OOMKilled on a background process's result.
 func (m *Manager) explainBackground(ctx context.Context, id string, ls *liveSandbox, pid int, r *api.ExecResult) {
 	before, ok := ls.startCount(pid)
-	m.explain(ctx, id, before, ok, r)
+	m.explain(ctx, ls, id, before, ok, r)
 }
 
 func parseSignal(s string) (syscall.Signal, error) {

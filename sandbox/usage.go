@@ -49,12 +49,11 @@ type oomCounter struct {
 	before map[int]int64 // background pid -> count when it started
 }
 
-func (m *Manager) oomKills(ctx context.Context, id string) (int64, bool) {
-	rec, err := m.store.GetSandbox(ctx, id)
-	if err != nil {
-		return 0, false
-	}
-	sp, ok := m.runtimes[rec.Runtime].(runtime.StatsProvider)
+// oomKills reads a live sandbox's OOM-kill count from its runtime (no store
+// access: it runs twice around every exec that ends by SIGKILL and once
+// before every exec).
+func (m *Manager) oomKills(ctx context.Context, ls *liveSandbox, id string) (int64, bool) {
+	sp, ok := m.runtimes[m.specOf(ls).Runtime].(runtime.StatsProvider)
 	if !ok {
 		return 0, false
 	}
@@ -64,11 +63,11 @@ func (m *Manager) oomKills(ctx context.Context, id string) (int64, bool) {
 
 // explain sets r.OOMKilled when r ended by SIGKILL and the OOM count rose
 // above before.
-func (m *Manager) explain(ctx context.Context, id string, before int64, known bool, r *api.ExecResult) {
+func (m *Manager) explain(ctx context.Context, ls *liveSandbox, id string, before int64, known bool, r *api.ExecResult) {
 	if !known || r == nil || r.Signal != 9 {
 		return
 	}
-	if after, ok := m.oomKills(ctx, id); ok && after > before {
+	if after, ok := m.oomKills(ctx, ls, id); ok && after > before {
 		r.OOMKilled = true
 	}
 }

@@ -225,8 +225,7 @@ func (r *Runtime) OOMKills(ctx context.Context, id string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	st, err := cg.Stats()
-	return st.OOMKills, err
+	return cg.OOMKills()
 }
 
 // diskUsage adds up the allocated size of the files under dir (st_blocks,
