@@ -55,7 +55,6 @@ func Main(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return reportFailure(status, err)
 	}
-	reserveThreads(threadReserve)
 	table := proc.NewTable(log, proc.Defaults{Hostname: cfg.Hostname})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -67,6 +66,9 @@ func Main(ctx context.Context, log *slog.Logger) error {
 	}
 	status.Close()
 	log.Info("guest ready", "id", cfg.ID, "setup", time.Since(t0))
+	// Off the create's critical path; new threads inherit the seccomp filter
+	// and the reduced capabilities of the thread that clones them.
+	go reserveThreads(threadReserve)
 	err = Serve(ctx, ln, cfg.Token, table, log)
 	cancel()
 	table.Close()

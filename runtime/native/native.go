@@ -62,9 +62,24 @@ type Runtime struct {
 	cgroups cgroup.Manager
 	image   hostImage
 
+	groups sync.Map // sandbox id -> cgroup.Group of running sandboxes (a cache)
+
 	ctx    context.Context // ends monitors at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+}
+
+// group returns a sandbox's cgroup, from the cache when it is running.
+func (r *Runtime) group(id string) (cgroup.Group, error) {
+	if g, ok := r.groups.Load(id); ok {
+		return g.(cgroup.Group), nil
+	}
+	g, err := r.cgroups.Load(id)
+	if err != nil {
+		return nil, err
+	}
+	r.groups.Store(id, g)
+	return g, nil
 }
 
 // persisted is the runtime-private state the manager keeps for each sandbox.
@@ -205,7 +220,7 @@ var (
 // Stats implements runtime.StatsProvider from the sandbox's cgroup and the
 // size of its writable layer.
 func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Usage, error) {
-	cg, err := r.cgroups.Load(id)
+	cg, err := r.group(id)
 	if err != nil {
 		return runtime.Usage{}, errdefs.Wrap(errdefs.Conflict, err, "sandbox %s has no cgroup (is it running?)", id)
 	}
@@ -221,7 +236,7 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Usage, error) {
 
 // OOMKills implements runtime.StatsProvider.
 func (r *Runtime) OOMKills(ctx context.Context, id string) (int64, error) {
-	cg, err := r.cgroups.Load(id)
+	cg, err := r.group(id)
 	if err != nil {
 		return 0, err
 	}
@@ -252,7 +267,7 @@ func diskUsage(ctx context.Context, dir string) int64 {
 // SetLimits implements runtime.Updater: the kernel applies new limits to a
 // running sandbox at once.
 func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) error {
-	cg, err := r.cgroups.Load(id)
+	cg, err := r.group(id)
 	if err != nil {
 		return errdefs.Wrap(errdefs.Conflict, err, "sandbox %s has no cgroup (is it running?)", id)
 	}
@@ -344,7 +359,8 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
-	undo = append(undo, func() { cg.Kill(); cg.Remove() })
+	undo = append(undo, func() { cg.Kill(); cg.Remove(); r.groups.Delete(spec.ID) })
+	r.groups.Store(spec.ID, cg)
 	if err := cg.Set(cgroup.Limits(spec.Limits)); err != nil {
 		return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
 	}
@@ -610,6 +626,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 		// Killing the init of a PID namespace kills everything in it.
 		unix.Kill(st.Pid, unix.SIGKILL)
 	}
+	r.groups.Delete(id)
 	cg, err := r.cgroups.Load(id)
 	if err == nil {
 		cg.Kill()
