@@ -32,6 +32,7 @@ var schemaTypes = map[string]reflect.Type{
 	"Timeouts":              reflect.TypeFor[Timeouts](),
 	"UpdateSandboxRequest":  reflect.TypeFor[UpdateSandboxRequest](),
 	"Usage":                 reflect.TypeFor[Usage](),
+	"SandboxEvent":          reflect.TypeFor[SandboxEvent](),
 }
 
 type schema struct {
@@ -292,7 +293,7 @@ func TestRoutesListsEveryOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(routes) != 21 {
-		t.Fatalf("%d operations, want 21: %v", len(routes), routes)
+	if len(routes) != 22 {
+		t.Fatalf("%d operations, want 22: %v", len(routes), routes)
 	}
 }

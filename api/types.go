@@ -205,3 +205,28 @@ type VersionResponse struct {
 	API      string   `json:"api"`
 	Runtimes []string `json:"runtimes"`
 }
+
+// Sandbox event types on GET /v1/sandboxes/{id}/events.
+const (
+	SandboxCreated  = "created"
+	SandboxStarted  = "started"
+	SandboxStopped  = "stopped"
+	SandboxDeleted  = "deleted"
+	ProcessStarted  = "process_started"
+	ProcessExited   = "process_exited"
+	ProcessOOM      = "oom"
+	ProcessTimedOut = "timed_out"
+)
+
+// SandboxEvent is one Server-Sent Event of a sandbox's events stream.
+type SandboxEvent struct {
+	Type    string    `json:"type"`
+	Sandbox string    `json:"sandbox"`
+	Time    time.Time `json:"time"`
+	// Pid is the process of process events.
+	Pid int `json:"pid,omitempty"`
+	// Reason says why berth stopped a sandbox (a timeout, an init that died).
+	Reason string `json:"reason,omitempty"`
+	// Result is how a process ended (without its output), for process_exited, oom and timed_out.
+	Result *ExecResult `json:"result,omitempty"`
+}

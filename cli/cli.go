@@ -42,7 +42,7 @@ func AddCommands(root *cobra.Command) {
 		createCommand(connect), execCommand(connect), runCommand(connect), lsCommand(connect),
 		inspectCommand(connect), rmCommand(connect), psCommand(connect), killCommand(connect), logsCommand(connect),
 		stopCommand(connect), startCommand(connect), labelCommand(connect), getOrCreateCommand(connect),
-		statsCommand(connect), updateCommand(connect),
+		statsCommand(connect), updateCommand(connect), eventsCommand(connect),
 	)
 }
 
@@ -621,6 +621,38 @@ func statsCommand(connect connector) *cobra.Command {
 				return err
 			}
 			return printJSON(cmd.OutOrStdout(), u)
+		},
+	}
+}
+
+func eventsCommand(connect connector) *cobra.Command {
+	return &cobra.Command{
+		Use:   "events ID",
+		Short: "Follow a sandbox's events (one JSON object a line) until it is deleted",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			st, err := c.Events(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			for {
+				ev, err := st.Next()
+				if err == io.EOF {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if err := enc.Encode(ev); err != nil {
+					return err
+				}
+			}
 		},
 	}
 }

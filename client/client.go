@@ -353,6 +353,47 @@ func (c *Client) RemoveProcess(ctx context.Context, id string, pid int) error {
 	return c.do(ctx, http.MethodDelete, procPath(id, pid), nil, nil, nil)
 }
 
+// Events subscribes to a sandbox's events; it returns once the subscription
+// is active, so events of calls made after it are not missed.
+func (c *Client) Events(ctx context.Context, id string) (*EventStream, error) {
+	resp, err := c.request(ctx, http.MethodGet, sbPath(id, "events"), nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &EventStream{body: resp.Body, r: bufio.NewReader(resp.Body)}, nil
+}
+
+// EventStream reads Server-Sent Events of a sandbox.
+type EventStream struct {
+	body io.ReadCloser
+	r    *bufio.Reader
+}
+
+// Next returns the next event; io.EOF when the stream ends (after deleted).
+func (s *EventStream) Next() (api.SandboxEvent, error) {
+	var data []byte
+	for {
+		line, err := s.r.ReadBytes('\n')
+		if err != nil {
+			return api.SandboxEvent{}, io.EOF
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		switch {
+		case len(line) == 0 && data != nil:
+			var ev api.SandboxEvent
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return ev, fmt.Errorf("decode event: %w", err)
+			}
+			return ev, nil
+		case bytes.HasPrefix(line, []byte("data: ")):
+			data = append(data, line[len("data: "):]...)
+		}
+	}
+}
+
+// Close ends the subscription.
+func (s *EventStream) Close() error { return s.body.Close() }
+
 // ExecStream reads the NDJSON events of a streamed exec or process output.
 type ExecStream struct {
 	body io.ReadCloser

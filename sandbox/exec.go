@@ -103,8 +103,12 @@ func (m *Manager) ExecStream(ctx context.Context, tenant, id string, req api.Exe
 	}
 	defer st.Close() // closing early makes the guest kill the process group
 	return pump(id, st, spec.MaxOutputBytes, func(ev api.ExecEvent) error {
-		if ev.Type == api.EventExit {
+		switch ev.Type {
+		case api.EventStart:
+			m.emit(id, api.ProcessStarted, func(e *api.SandboxEvent) { e.Pid = ev.Pid })
+		case api.EventExit:
 			m.explain(ctx, ls, id, before, known, ev.Result)
+			m.emitExit(id, ev.Result)
 		}
 		return emit(ev)
 	})
@@ -204,6 +208,7 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req api.E
 	}
 	p := processToAPI(info)
 	m.explain(ctx, ls, id, before, known, p.Result)
+	m.emit(id, api.ProcessStarted, func(e *api.SandboxEvent) { e.Pid = p.Pid })
 	return p, nil
 }
 
@@ -298,10 +303,17 @@ func (m *Manager) RemoveProcess(ctx context.Context, tenant, id string, pid int)
 	return ls.guest.Remove(ctx, pid)
 }
 
-// explainBackground sets OOMKilled on a background process's result.
+// explainBackground sets OOMKilled on a background process's result and,
+// the first time the daemon sees that result, publishes its exit.
 func (m *Manager) explainBackground(ctx context.Context, id string, ls *liveSandbox, pid int, r *api.ExecResult) {
+	if r == nil {
+		return
+	}
 	before, ok := ls.startCount(pid)
 	m.explain(ctx, ls, id, before, ok, r)
+	if ls.firstSight(pid) {
+		m.emitExit(id, r)
+	}
 }
 
 func parseSignal(s string) (syscall.Signal, error) {

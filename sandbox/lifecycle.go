@@ -89,7 +89,11 @@ func (m *Manager) stopLocked(ctx context.Context, tenant, id, reason string) err
 		m.store.UpdateState(context.Background(), id, api.StateError, "stop failed: "+err.Error(), m.cfg.Now())
 		return fmt.Errorf("stop sandbox %s: %w", id, err)
 	}
-	return m.store.UpdateState(ctx, id, api.StateStopped, reason, m.cfg.Now())
+	if err := m.store.UpdateState(ctx, id, api.StateStopped, reason, m.cfg.Now()); err != nil {
+		return err
+	}
+	m.emit(id, api.SandboxStopped, func(ev *api.SandboxEvent) { ev.Reason = reason })
+	return nil
 }
 
 // StartSandbox boots a stopped sandbox again with its files, labels and limits.
@@ -139,7 +143,11 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 		st.Stop(context.Background(), id, inst.State)
 		return fail(err)
 	}
-	return m.store.UpdateState(ctx, id, api.StateRunning, "", m.cfg.Now())
+	if err := m.store.UpdateState(ctx, id, api.StateRunning, "", m.cfg.Now()); err != nil {
+		return err
+	}
+	m.emit(id, api.SandboxStarted)
+	return nil
 }
 
 // Update applies a merge patch to a sandbox's labels (a value sets a label,

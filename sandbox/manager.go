@@ -55,9 +55,10 @@ type Manager struct {
 	mu   sync.Mutex
 	live map[string]*liveSandbox // running sandboxes with a guest connection
 
-	ops  keyedMutex // one lifecycle operation at a time per sandbox
-	goc  keyedMutex // one get-or-create at a time per tenant and label set
-	pool pool       // warm sandboxes for hand-over
+	ops    keyedMutex // one lifecycle operation at a time per sandbox
+	goc    keyedMutex // one get-or-create at a time per tenant and label set
+	pool   pool       // warm sandboxes for hand-over
+	events eventBus   // per-sandbox event subscribers
 
 	ctx    context.Context // ends watchers at Close
 	cancel context.CancelFunc
@@ -153,6 +154,7 @@ func (m *Manager) settleStopped(ctx context.Context, rec store.Sandbox, reason s
 		}
 	}
 	m.store.UpdateState(ctx, rec.ID, api.StateStopped, reason, m.cfg.Now())
+	m.emit(rec.ID, api.SandboxStopped, func(ev *api.SandboxEvent) { ev.Reason = reason })
 }
 
 func (m *Manager) attach(ctx context.Context, rec store.Sandbox) error {
@@ -286,6 +288,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 		return fail(err)
 	}
 	rec.State = api.StateRunning
+	m.emit(id, api.SandboxCreated)
 	return toAPI(rec, req), nil
 }
 
@@ -365,7 +368,11 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 		m.store.UpdateState(context.Background(), id, api.StateError, "delete failed: "+err.Error(), m.cfg.Now())
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
-	return m.store.DeleteSandbox(ctx, id)
+	if err := m.store.DeleteSandbox(ctx, id); err != nil {
+		return err
+	}
+	m.emit(id, api.SandboxDeleted)
+	return nil
 }
 
 // guest returns the live connection of a running sandbox of tenant.

@@ -155,6 +155,7 @@ func (m *Manager) claim(ctx context.Context, tenant, id string, req api.CreateSa
 	if err := m.store.ReplaceSandbox(ctx, statePooled, rec); err != nil {
 		return api.Sandbox{}, err
 	}
+	m.emit(id, api.SandboxCreated)
 	return toAPI(rec, req), nil
 }
 

@@ -47,6 +47,7 @@ func (m *Manager) Stats(ctx context.Context, tenant, id string) (api.Usage, erro
 type oomCounter struct {
 	mu     sync.Mutex
 	before map[int]int64 // background pid -> count when it started
+	seen   map[int]bool  // background pids whose exit was published
 }
 
 // oomKills reads a live sandbox's OOM-kill count from its runtime (no store
@@ -83,6 +84,22 @@ func (ls *liveSandbox) rememberStart(pid int, count int64) {
 		ls.oom.before = map[int]int64{}
 	}
 	ls.oom.before[pid] = count
+	delete(ls.oom.seen, pid) // a reused pid is a new process
+}
+
+// firstSight reports whether this is the first time the daemon sees pid's
+// exit (so its event is published once).
+func (ls *liveSandbox) firstSight(pid int) bool {
+	ls.oom.mu.Lock()
+	defer ls.oom.mu.Unlock()
+	if ls.oom.seen == nil || len(ls.oom.seen) > 4096 {
+		ls.oom.seen = map[int]bool{}
+	}
+	if ls.oom.seen[pid] {
+		return false
+	}
+	ls.oom.seen[pid] = true
+	return true
 }
 
 func (ls *liveSandbox) startCount(pid int) (int64, bool) {

@@ -5,6 +5,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -56,6 +57,7 @@ func New(m *sandbox.Manager, log *slog.Logger) *Server {
 	s.handle("POST /v1/sandboxes/{id}/start", s.startSandbox)
 	s.handle("POST /v1/sandboxes/{id}/keepalive", s.keepalive)
 	s.handle("GET /v1/sandboxes/{id}/stats", s.stats)
+	s.handle("GET /v1/sandboxes/{id}/events", s.events)
 	s.handle("GET /metrics", s.metrics)
 	s.handle("POST /v1/sandboxes/{id}/exec", s.exec)
 	s.handle("POST /v1/sandboxes/{id}/processes", s.startProcess)
@@ -273,6 +275,29 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, u)
+}
+
+// events serves a sandbox's events as Server-Sent Events, from the moment
+// the response headers are sent until the sandbox is deleted or the client
+// leaves.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
+	rc := http.NewResponseController(w)
+	ready := func() {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+		rc.Flush()
+	}
+	return s.m.Events(r.Context(), tenant(r), r.PathValue("id"), ready, func(ev api.SandboxEvent) error {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Type, b); err != nil {
+			return err
+		}
+		return rc.Flush()
+	})
 }
 
 // metrics serves the Prometheus text exposition format (version 0.0.4).
