@@ -101,3 +101,51 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 	b.StopTimer()
 	reportPercentiles(b, samples)
 }
+
+// BenchmarkExecUnderBombs measures exec round trips in a quiet sandbox while
+// three others run a fork bomb (pids 128), a memory bomb (128 MiB, allocating
+// in a loop so the OOM killer keeps firing) and a CPU spin on both cores
+// (cpus 1): the host and the other sandboxes must stay responsive.
+func BenchmarkExecUnderBombs(b *testing.B) {
+	d := startDaemon(b, "")
+	ctx := context.Background()
+	bombs := []struct {
+		limits api.Limits
+		shell  string
+	}{
+		{api.Limits{Pids: 128}, "while true; do sleep 60 & done"},
+		{api.Limits{MemoryBytes: 128 << 20}, "while true; do python3 -c 'b = bytearray(1 << 30)'; done"},
+		{api.Limits{CPUs: 1}, "while true; do :; done & while true; do :; done"},
+	}
+	var bombIDs []string
+	for _, bomb := range bombs {
+		sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Limits: bomb.limits, User: "root"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: bomb.shell}); err != nil {
+			b.Fatal(err)
+		}
+		bombIDs = append(bombIDs, sb.ID)
+	}
+	victim, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(time.Second) // let the bombs reach their ceilings
+	var samples []time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		start := time.Now()
+		r, err := d.client.Exec(ctx, victim.ID, api.ExecRequest{Cmd: []string{"echo", "ok"}})
+		if err != nil || string(r.Stdout) != "ok\n" {
+			b.Fatalf("exec beside the bombs: %+v %v", r, err)
+		}
+		samples = append(samples, time.Since(start))
+	}
+	b.StopTimer()
+	for _, id := range bombIDs {
+		d.client.DeleteSandbox(ctx, id)
+	}
+	reportPercentiles(b, samples)
+}
