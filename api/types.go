@@ -36,7 +36,9 @@ type Timeouts struct {
 	MaxLifetimeSeconds *int64 `json:"max_lifetime_s,omitempty"`
 }
 
-// Limits are a sandbox's resource ceilings. Zero means the daemon default.
+// Limits are a sandbox's resource ceilings. A zero field means: in a create
+// request, the daemon's default; in an update (PATCH), keep the current value;
+// in a returned sandbox, no limit.
 type Limits struct {
 	// CPUs is the CPU quota in cores (0.5 = half a core).
 	CPUs float64 `json:"cpus,omitempty"`

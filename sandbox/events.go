@@ -74,7 +74,7 @@ func (m *Manager) emitExit(id string, r *api.ExecResult) {
 		return
 	}
 	res := *r
-	res.Stdout, res.Stderr = nil, nil
+	res.Stdout, res.Stderr = []byte{}, []byte{} // events carry no output; never null on the wire
 	with := func(ev *api.SandboxEvent) { ev.Pid, ev.Result = res.Pid, &res }
 	m.emit(id, api.ProcessExited, with)
 	if res.OOMKilled {

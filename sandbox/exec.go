@@ -164,7 +164,7 @@ func relay(id string, ev guestapi.Event, limit int64, sent *[2]int64) (api.ExecE
 		return api.ExecEvent{Type: ev.Type, Data: data}, nil
 	case guestapi.EventExit:
 		r := resultToAPI(*ev.Result)
-		r.Stdout, r.Stderr = nil, nil
+		r.Stdout, r.Stderr = []byte{}, []byte{} // streamed already; never null on the wire
 		return api.ExecEvent{Type: api.EventExit, Result: &r}, nil
 	default:
 		return api.ExecEvent{}, guestclient.EventError(id, ev)
