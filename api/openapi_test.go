@@ -1,24 +1,34 @@
 package api
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/berthsh/berth/errdefs"
 )
 
-// schemaTypes maps every component schema to the Go type it describes.
+// schemaTypes maps each component schema of openapi.yaml to the Go type it
+// describes. Every exported struct type of types.go must have an entry, and
+// every component schema must be one (TestSchemaTableCoversTypes).
 var schemaTypes = map[string]reflect.Type{
+	"Timeouts":              reflect.TypeFor[Timeouts](),
 	"Limits":                reflect.TypeFor[Limits](),
 	"CreateSandboxRequest":  reflect.TypeFor[CreateSandboxRequest](),
 	"Sandbox":               reflect.TypeFor[Sandbox](),
+	"UpdateSandboxRequest":  reflect.TypeFor[UpdateSandboxRequest](),
+	"Usage":                 reflect.TypeFor[Usage](),
 	"ListSandboxesResponse": reflect.TypeFor[ListSandboxesResponse](),
 	"ExecRequest":           reflect.TypeFor[ExecRequest](),
 	"ExecResult":            reflect.TypeFor[ExecResult](),
@@ -29,271 +39,804 @@ var schemaTypes = map[string]reflect.Type{
 	"Error":                 reflect.TypeFor[Error](),
 	"ErrorResponse":         reflect.TypeFor[ErrorResponse](),
 	"VersionResponse":       reflect.TypeFor[VersionResponse](),
-	"Timeouts":              reflect.TypeFor[Timeouts](),
-	"UpdateSandboxRequest":  reflect.TypeFor[UpdateSandboxRequest](),
-	"Usage":                 reflect.TypeFor[Usage](),
 	"SandboxEvent":          reflect.TypeFor[SandboxEvent](),
 }
 
-type schema struct {
-	Type            string             `yaml:"type"`
-	Format          string             `yaml:"format"`
-	ContentEncoding string             `yaml:"contentEncoding"`
-	Ref             string             `yaml:"$ref"`
-	Required        []string           `yaml:"required"`
-	Properties      map[string]*schema `yaml:"properties"`
-	Items           *schema            `yaml:"items"`
+// wantRoutes is every operation the API has, in Routes' order.
+var wantRoutes = []Route{
+	{"GET", "/healthz"},
+	{"GET", "/metrics"},
+	{"GET", "/v1/sandboxes"},
+	{"POST", "/v1/sandboxes"},
+	{"POST", "/v1/sandboxes/get-or-create"},
+	{"DELETE", "/v1/sandboxes/{id}"},
+	{"GET", "/v1/sandboxes/{id}"},
+	{"PATCH", "/v1/sandboxes/{id}"},
+	{"GET", "/v1/sandboxes/{id}/events"},
+	{"POST", "/v1/sandboxes/{id}/exec"},
+	{"POST", "/v1/sandboxes/{id}/keepalive"},
+	{"GET", "/v1/sandboxes/{id}/processes"},
+	{"POST", "/v1/sandboxes/{id}/processes"},
+	{"DELETE", "/v1/sandboxes/{id}/processes/{pid}"},
+	{"GET", "/v1/sandboxes/{id}/processes/{pid}"},
+	{"GET", "/v1/sandboxes/{id}/processes/{pid}/output"},
+	{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal"},
+	{"POST", "/v1/sandboxes/{id}/processes/{pid}/wait"},
+	{"POST", "/v1/sandboxes/{id}/start"},
+	{"GET", "/v1/sandboxes/{id}/stats"},
+	{"POST", "/v1/sandboxes/{id}/stop"},
+	{"GET", "/v1/version"},
 }
 
-type document struct {
-	Paths      map[string]map[string]yaml.Node `yaml:"paths"`
-	Components struct {
-		Schemas    map[string]*schema   `yaml:"schemas"`
-		Responses  map[string]yaml.Node `yaml:"responses"`
-		Parameters map[string]yaml.Node `yaml:"parameters"`
-	} `yaml:"components"`
+// enumConsts ties an enum of the document to the const block of types.go
+// that holds the member named.
+var enumConsts = []struct{ schema, property, member string }{
+	{"Sandbox", "state", "StateCreating"},
+	{"ExecEvent", "type", "EventStart"},
+	{"SandboxEvent", "type", "SandboxCreated"},
 }
 
-func loadDoc(t *testing.T) document {
+const schemaPrefix = "#/components/schemas/"
+
+// loadDoc parses openapi.yaml into plain maps and lists.
+func loadDoc(t *testing.T) map[string]any {
 	t.Helper()
-	var d document
-	if err := yaml.Unmarshal(openapiYAML, &d); err != nil {
-		t.Fatal(err)
+	var doc map[string]any
+	if err := yaml.Unmarshal(OpenAPI(), &doc); err != nil {
+		t.Fatalf("parse openapi.yaml: %v", err)
 	}
-	return d
+	return doc
 }
 
-// TestEveryTypeHasASchema parses types.go so that a new wire type cannot be
-// added without its schema.
-func TestEveryTypeHasASchema(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "types.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, decl := range f.Decls {
-		gd, ok := decl.(*ast.GenDecl)
-		if !ok || gd.Tok != token.TYPE {
-			continue
-		}
-		for _, spec := range gd.Specs {
-			ts := spec.(*ast.TypeSpec)
-			if _, isStruct := ts.Type.(*ast.StructType); isStruct && ts.Name.IsExported() {
-				if _, ok := schemaTypes[ts.Name.Name]; !ok {
-					t.Errorf("type %s has no entry in schemaTypes (and no schema checked)", ts.Name.Name)
-				}
-			}
-		}
-	}
-	d := loadDoc(t)
-	for name := range schemaTypes {
-		if d.Components.Schemas[name] == nil {
-			t.Errorf("no component schema %s", name)
-		}
-	}
+// obj returns v as a map, or nil.
+func obj(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
 }
 
-type field struct {
-	name     string
-	typ      reflect.Type
-	optional bool
-}
-
-func jsonFields(t reflect.Type) []field {
-	var out []field
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag := f.Tag.Get("json")
-		if tag == "-" || !f.IsExported() {
-			continue
-		}
-		name, opts, _ := strings.Cut(tag, ",")
-		if name == "" {
-			name = f.Name
-		}
-		optional := strings.Contains(opts, "omitempty") || strings.Contains(opts, "omitzero")
-		out = append(out, field{name: name, typ: f.Type, optional: optional})
+// strs returns v, a YAML list of strings, as a slice.
+func strs(v any) []string {
+	list, _ := v.([]any)
+	out := make([]string, 0, len(list))
+	for _, e := range list {
+		out = append(out, fmt.Sprint(e))
 	}
 	return out
 }
 
-func checkType(t *testing.T, where string, goType reflect.Type, s *schema) {
+// at walks keys down from v.
+func at(v any, keys ...string) any {
+	for _, k := range keys {
+		v = obj(v)[k]
+	}
+	return v
+}
+
+// resolve follows a local JSON pointer ("#/a/b") in doc.
+func resolve(doc map[string]any, ref string) (any, error) {
+	rest, ok := strings.CutPrefix(ref, "#/")
+	if !ok {
+		return nil, fmt.Errorf("$ref %q is not local", ref)
+	}
+	var v any = doc
+	for _, tok := range strings.Split(rest, "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch c := v.(type) {
+		case map[string]any:
+			next, ok := c[tok]
+			if !ok {
+				return nil, fmt.Errorf("$ref %q: no %q", ref, tok)
+			}
+			v = next
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(c) {
+				return nil, fmt.Errorf("$ref %q: no element %q", ref, tok)
+			}
+			v = c[i]
+		default:
+			return nil, fmt.Errorf("$ref %q: %q is inside a scalar", ref, tok)
+		}
+	}
+	return v, nil
+}
+
+// deref follows v's $ref, if it has one, to the object it names.
+func deref(t *testing.T, doc map[string]any, v any) map[string]any {
 	t.Helper()
-	if s.Ref != "" {
-		name := strings.TrimPrefix(s.Ref, "#/components/schemas/")
-		want, ok := schemaTypes[name]
-		if !ok || want != derefType(goType) {
-			t.Errorf("%s: $ref %s does not describe %v", where, s.Ref, goType)
+	for range 8 {
+		ref, ok := obj(v)["$ref"].(string)
+		if !ok {
+			return obj(v)
+		}
+		next, err := resolve(doc, ref)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		v = next
+	}
+	t.Errorf("$ref chain too long at %v", v)
+	return nil
+}
+
+// parseGo parses a Go file of the tree with its comments.
+func parseGo(t *testing.T, path string) *ast.File {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// structDecls returns the exported struct types of a file by name.
+func structDecls(f *ast.File) map[string]*ast.TypeSpec {
+	out := map[string]*ast.TypeSpec{}
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.TYPE {
+			continue
+		}
+		for _, s := range gd.Specs {
+			ts := s.(*ast.TypeSpec)
+			if _, ok := ts.Type.(*ast.StructType); ok && ts.Name.IsExported() {
+				if ts.Doc == nil && len(gd.Specs) == 1 {
+					ts.Doc = gd.Doc
+				}
+				out[ts.Name.Name] = ts
+			}
+		}
+	}
+	return out
+}
+
+// constBlocks returns the string constants of each const block of a file,
+// by name; typ, if set, keeps only constants declared with that type name.
+func constBlocks(t *testing.T, f *ast.File, typ string) []map[string]string {
+	t.Helper()
+	var out []map[string]string
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		block := map[string]string{}
+		for _, s := range gd.Specs {
+			vs := s.(*ast.ValueSpec)
+			if typ != "" {
+				if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != typ {
+					continue
+				}
+			}
+			for i, name := range vs.Names {
+				if i >= len(vs.Values) {
+					continue
+				}
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					continue
+				}
+				v, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				block[name.Name] = v
+			}
+		}
+		if len(block) > 0 {
+			out = append(out, block)
+		}
+	}
+	return out
+}
+
+// jsonField is one member of a struct's JSON object.
+type jsonField struct {
+	name     string
+	goName   string
+	typ      reflect.Type
+	optional bool // omitted when empty or zero
+	quoted   bool // the ",string" option
+	depth    int  // embedding depth
+}
+
+// jsonFields lists a struct's JSON members the way encoding/json does:
+// "-" skipped, unexported fields skipped, untagged embedded structs promoted,
+// and a name at two depths kept only at the shallower (dropped when tied).
+func jsonFields(t reflect.Type) []jsonField {
+	var all []jsonField
+	var walk func(t reflect.Type, depth int)
+	walk = func(t reflect.Type, depth int) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			tag := f.Tag.Get("json")
+			if tag == "-" {
+				continue
+			}
+			name, opts, _ := strings.Cut(tag, ",")
+			ft := f.Type
+			if f.Anonymous && name == "" {
+				et := ft
+				if et.Kind() == reflect.Pointer {
+					et = et.Elem()
+				}
+				if et.Kind() == reflect.Struct {
+					walk(et, depth+1)
+					continue
+				}
+			}
+			if !f.IsExported() {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			optList := strings.Split(opts, ",")
+			omitEmpty := slices.Contains(optList, "omitempty") && ft.Kind() != reflect.Struct // omitempty never omits a struct
+			all = append(all, jsonField{
+				name:     name,
+				goName:   f.Name,
+				typ:      ft,
+				optional: omitEmpty || slices.Contains(optList, "omitzero"),
+				quoted:   slices.Contains(optList, "string"),
+				depth:    depth,
+			})
+		}
+	}
+	walk(t, 0)
+	var out []jsonField
+	for _, f := range all {
+		keep := true
+		for _, g := range all {
+			if g.name == f.name && (g.depth < f.depth || (g.depth == f.depth && g.goName != f.goName)) {
+				keep = false
+			}
+		}
+		if keep {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// schemaNameOf returns the component schema of a Go struct type.
+func schemaNameOf(t reflect.Type) (string, bool) {
+	for name, st := range schemaTypes {
+		if st == t {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// typeList returns a schema's "type", a string or a list, as a list.
+func typeList(v any) []string {
+	if s, ok := v.(string); ok {
+		return []string{s}
+	}
+	return strs(v)
+}
+
+var timeType = reflect.TypeFor[time.Time]()
+
+// checkType checks that schema s describes values of Go type gt.
+func checkType(t *testing.T, where string, s map[string]any, gt reflect.Type, quoted bool) {
+	t.Helper()
+	if s == nil {
+		t.Errorf("%s: no schema", where)
+		return
+	}
+	nillable := false
+	switch gt.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+		nillable = true
+	}
+	if gt.Kind() == reflect.Pointer {
+		gt = gt.Elem()
+	}
+	if ref, ok := s["$ref"].(string); ok {
+		name, known := schemaNameOf(gt)
+		if gt.Kind() != reflect.Struct || gt == timeType || !known {
+			t.Errorf("%s: $ref %s, but Go type %s has no component schema", where, ref, gt)
+		} else if ref != schemaPrefix+name {
+			t.Errorf("%s: $ref %s, want %s%s", where, ref, schemaPrefix, name)
 		}
 		return
 	}
-	goType = derefType(goType)
-	switch {
-	case goType == reflect.TypeFor[time.Time]():
-		if s.Type != "string" || s.Format != "date-time" {
-			t.Errorf("%s: time.Time must be string/date-time, is %s/%s", where, s.Type, s.Format)
+	types := typeList(s["type"])
+	if i := slices.Index(types, "null"); i >= 0 {
+		if !nillable {
+			t.Errorf("%s: type allows null, but Go type %s cannot be nil", where, gt)
 		}
-	case goType.Kind() == reflect.Slice && goType.Elem().Kind() == reflect.Uint8:
-		if s.Type != "string" || s.ContentEncoding != "base64" {
-			t.Errorf("%s: []byte must be string/base64, is %s/%s", where, s.Type, s.ContentEncoding)
-		}
-	case goType.Kind() == reflect.Slice:
-		if s.Type != "array" || s.Items == nil {
-			t.Errorf("%s: slice must be an array with items", where)
-			return
-		}
-		checkType(t, where+"[]", goType.Elem(), s.Items)
-	case goType.Kind() == reflect.Map:
-		if s.Type != "object" {
-			t.Errorf("%s: map must be an object, is %s", where, s.Type)
-		}
-	case goType.Kind() == reflect.String:
-		expect(t, where, s.Type, "string")
-	case goType.Kind() == reflect.Bool:
-		expect(t, where, s.Type, "boolean")
-	case goType.Kind() >= reflect.Int && goType.Kind() <= reflect.Uint64:
-		expect(t, where, s.Type, "integer")
-	case goType.Kind() == reflect.Float64 || goType.Kind() == reflect.Float32:
-		expect(t, where, s.Type, "number")
-	case goType.Kind() == reflect.Struct:
-		t.Errorf("%s: struct %v must be a $ref", where, goType)
+		types = slices.Delete(types, i, i+1)
+	}
+	if len(types) != 1 {
+		t.Errorf("%s: type %v, want exactly one JSON type (and maybe null)", where, s["type"])
+		return
+	}
+	got := types[0]
+	isBytes := gt.Kind() == reflect.Slice && gt.Elem().Kind() == reflect.Uint8
+	if enc, _ := s["contentEncoding"].(string); (enc == "base64") != isBytes {
+		t.Errorf("%s: contentEncoding %q for Go type %s (base64 exactly for []byte)", where, enc, gt)
+	}
+	if format, _ := s["format"].(string); (format == "date-time") != (gt == timeType) {
+		t.Errorf("%s: format %q for Go type %s (date-time exactly for time.Time)", where, format, gt)
+	}
+	var want string
+	switch k := gt.Kind(); {
+	case gt == timeType, isBytes, k == reflect.String:
+		want = "string"
+	case k == reflect.Bool:
+		want = "boolean"
+	case k >= reflect.Int && k <= reflect.Uint64:
+		want = "integer"
+	case k == reflect.Float32 || k == reflect.Float64:
+		want = "number"
+	case k == reflect.Slice || k == reflect.Array:
+		want = "array"
+	case k == reflect.Map:
+		want = "object"
+	case k == reflect.Struct:
+		t.Errorf("%s: Go struct %s must be a $ref to its component schema", where, gt)
+		return
 	default:
-		t.Errorf("%s: unhandled Go type %v", where, goType)
+		t.Errorf("%s: Go type %s has no JSON mapping this test knows", where, gt)
+		return
 	}
-}
-
-func derefType(t reflect.Type) reflect.Type {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
+	if quoted && (want == "integer" || want == "number" || want == "boolean") {
+		want = "string"
 	}
-	return t
-}
-
-func expect(t *testing.T, where, got, want string) {
-	t.Helper()
 	if got != want {
-		t.Errorf("%s: schema type %q, Go type wants %q", where, got, want)
+		t.Errorf("%s: type %q, want %q for Go type %s", where, got, want, gt)
+		return
+	}
+	switch want {
+	case "array":
+		if !isBytes {
+			checkType(t, where+"[]", obj(s["items"]), gt.Elem(), false)
+		}
+	case "object":
+		if gt.Key().Kind() != reflect.String {
+			t.Errorf("%s: map key %s is not a string", where, gt.Key())
+		}
+		checkType(t, where+"{}", obj(s["additionalProperties"]), gt.Elem(), false)
+		if s["properties"] != nil {
+			t.Errorf("%s: a map has no fixed properties", where)
+		}
 	}
 }
 
-// TestSchemasMatchGoTypes compares every schema with its Go type: the same
-// JSON properties, the same types, and required exactly where the Go field
-// is always sent.
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func TestDocumentHeader(t *testing.T) {
+	doc := loadDoc(t)
+	if v, _ := doc["openapi"].(string); !strings.HasPrefix(v, "3.1.") {
+		t.Errorf("openapi: %q, want 3.1.x", v)
+	}
+	if got := at(doc, "info", "title"); got != "berth" {
+		t.Errorf("info.title: %v", got)
+	}
+	if got := at(doc, "info", "version"); got != "0.1.0" {
+		t.Errorf("info.version: %v", got)
+	}
+	servers, _ := doc["servers"].([]any)
+	if len(servers) == 0 || at(servers[0], "url") != "http://127.0.0.1:7680" {
+		t.Errorf("servers: %v", servers)
+	}
+	tags, _ := doc["tags"].([]any)
+	var names []string
+	for _, tag := range tags {
+		name, _ := at(tag, "name").(string)
+		if name == "" || slices.Contains(names, name) {
+			t.Errorf("tag name %q is empty or repeated", name)
+		}
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		t.Error("no tags")
+	}
+}
+
+func TestOpenAPIReturnsCopy(t *testing.T) {
+	b := OpenAPI()
+	b[0] = '#'
+	if OpenAPI()[0] == '#' {
+		t.Error("OpenAPI returns the embedded document itself")
+	}
+}
+
+func TestSchemaTableCoversTypes(t *testing.T) {
+	declared := structDecls(parseGo(t, "types.go"))
+	if len(declared) == 0 {
+		t.Fatal("types.go declares no struct types")
+	}
+	inTable := map[string]bool{}
+	pkg := reflect.TypeFor[Sandbox]().PkgPath()
+	for schema, typ := range schemaTypes {
+		if typ.PkgPath() != pkg || typ.Kind() != reflect.Struct {
+			t.Errorf("schemaTypes[%s] = %s, not a struct of package api", schema, typ)
+		}
+		if inTable[typ.Name()] {
+			t.Errorf("schemaTypes lists %s twice", typ.Name())
+		}
+		inTable[typ.Name()] = true
+		if declared[typ.Name()] == nil {
+			t.Errorf("schemaTypes[%s] = %s, which types.go does not declare", schema, typ.Name())
+		}
+	}
+	for _, name := range sortedKeys(declared) {
+		if !inTable[name] {
+			t.Errorf("types.go declares struct %s, which schemaTypes (and openapi.yaml) lack", name)
+		}
+	}
+	schemas := obj(at(loadDoc(t), "components", "schemas"))
+	for _, name := range sortedKeys(schemaTypes) {
+		if schemas[name] == nil {
+			t.Errorf("openapi.yaml has no component schema %s", name)
+		}
+	}
+	for _, name := range sortedKeys(schemas) {
+		if schemaTypes[name] == nil {
+			t.Errorf("component schema %s has no Go type in schemaTypes", name)
+		}
+	}
+}
+
 func TestSchemasMatchGoTypes(t *testing.T) {
-	d := loadDoc(t)
-	for name, goType := range schemaTypes {
-		s := d.Components.Schemas[name]
+	schemas := obj(at(loadDoc(t), "components", "schemas"))
+	for _, name := range sortedKeys(schemaTypes) {
+		typ := schemaTypes[name]
+		s := obj(schemas[name])
 		if s == nil {
-			continue
+			continue // reported by TestSchemaTableCoversTypes
 		}
-		fields := jsonFields(goType)
-		var goNames, docNames, goRequired []string
+		if s["type"] != "object" {
+			t.Errorf("%s: type %v, want object", name, s["type"])
+		}
+		props := obj(s["properties"])
+		fields := jsonFields(typ)
+		var names, required []string
 		for _, f := range fields {
-			goNames = append(goNames, f.name)
+			names = append(names, f.name)
 			if !f.optional {
-				goRequired = append(goRequired, f.name)
-			}
-			if p := s.Properties[f.name]; p != nil {
-				checkType(t, name+"."+f.name, f.typ, p)
+				required = append(required, f.name)
 			}
 		}
-		for p := range s.Properties {
-			docNames = append(docNames, p)
+		sort.Strings(names)
+		sort.Strings(required)
+		if got := sortedKeys(props); !slices.Equal(got, names) {
+			t.Errorf("%s: properties %v, Go JSON fields %v", name, got, names)
 		}
-		sort.Strings(goNames)
-		sort.Strings(docNames)
-		sort.Strings(goRequired)
-		req := slices.Clone(s.Required)
-		sort.Strings(req)
-		if !slices.Equal(goNames, docNames) {
-			t.Errorf("%s: Go fields %v, schema properties %v", name, goNames, docNames)
+		gotRequired := strs(s["required"])
+		sort.Strings(gotRequired)
+		if !slices.Equal(gotRequired, required) {
+			t.Errorf("%s: required %v, want the fields without omitempty/omitzero %v", name, gotRequired, required)
 		}
-		// Request bodies are all optional in Go (omitempty) but the doc may
-		// still mark fields required; responses must match exactly.
-		if !strings.HasSuffix(name, "Request") && !slices.Equal(goRequired, req) {
-			t.Errorf("%s: always-sent fields %v, schema required %v", name, goRequired, req)
+		for _, f := range fields {
+			if p, ok := props[f.name]; ok {
+				checkType(t, name+"."+f.name, obj(p), f.typ, f.quoted)
+			}
 		}
 	}
 }
 
-// TestOperations checks every operation: a unique operationId, a 2xx
-// response, error responses that reference the error schema, and $refs that resolve.
-func TestOperations(t *testing.T) {
-	d := loadDoc(t)
-	seen := map[string]bool{}
-	for path, ops := range d.Paths {
-		for method, node := range ops {
-			if method == "parameters" {
+func TestDescriptionsFollowDocComments(t *testing.T) {
+	schemas := obj(at(loadDoc(t), "components", "schemas"))
+	declared := structDecls(parseGo(t, "types.go"))
+	for _, name := range sortedKeys(schemaTypes) {
+		typ := schemaTypes[name]
+		ts, s := declared[typ.Name()], obj(schemas[name])
+		if ts == nil || s == nil {
+			continue // reported by TestSchemaTableCoversTypes
+		}
+		if ts.Doc != nil {
+			if d, _ := s["description"].(string); strings.TrimSpace(d) == "" {
+				t.Errorf("%s: Go type has a doc comment, the schema no description", name)
+			}
+		}
+		for _, fd := range ts.Type.(*ast.StructType).Fields.List {
+			if fd.Doc == nil && fd.Comment == nil {
 				continue
 			}
-			var op struct {
-				OperationID string `yaml:"operationId"`
-				Responses   map[string]struct {
-					Ref string `yaml:"$ref"`
-				} `yaml:"responses"`
+			for _, id := range fd.Names {
+				sf, _ := typ.FieldByName(id.Name)
+				jsonName, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+				if jsonName == "" {
+					jsonName = id.Name
+				}
+				p := obj(at(s, "properties", jsonName))
+				if p == nil {
+					continue // reported by TestSchemasMatchGoTypes
+				}
+				if d, _ := p["description"].(string); strings.TrimSpace(d) == "" {
+					t.Errorf("%s.%s: Go field %s has a doc comment, the property no description", name, jsonName, id.Name)
+				}
 			}
-			if err := node.Decode(&op); err != nil {
-				t.Fatalf("%s %s: %v", method, path, err)
+		}
+	}
+}
+
+func TestEnumsMatchConstants(t *testing.T) {
+	doc := loadDoc(t)
+	blocks := constBlocks(t, parseGo(t, "types.go"), "")
+	values := func(block map[string]string) []string {
+		var out []string
+		for _, v := range block {
+			out = append(out, v)
+		}
+		sort.Strings(out)
+		return out
+	}
+	enumOf := func(schema, prop string) []string {
+		e := strs(at(doc, "components", "schemas", schema, "properties", prop, "enum"))
+		sort.Strings(e)
+		return e
+	}
+	for _, c := range enumConsts {
+		var want []string
+		for _, b := range blocks {
+			if _, ok := b[c.member]; ok {
+				want = values(b)
 			}
-			if op.OperationID == "" || seen[op.OperationID] {
-				t.Errorf("%s %s: missing or duplicate operationId %q", method, path, op.OperationID)
+		}
+		if want == nil {
+			t.Errorf("types.go has no const %s", c.member)
+			continue
+		}
+		if got := enumOf(c.schema, c.property); !slices.Equal(got, want) {
+			t.Errorf("%s.%s: enum %v, the constants of %s's block are %v", c.schema, c.property, got, c.member, want)
+		}
+	}
+
+	var classes []string
+	for _, b := range constBlocks(t, parseGo(t, "../errdefs/errdefs.go"), "Class") {
+		classes = append(classes, values(b)...)
+	}
+	sort.Strings(classes)
+	if len(classes) == 0 {
+		t.Fatal("errdefs.go declares no classes")
+	}
+	for _, c := range classes {
+		if !errdefs.Known(c) {
+			t.Errorf("errdefs const %q is not Known", c)
+		}
+	}
+	if got := enumOf("Error", "class"); !slices.Equal(got, classes) {
+		t.Errorf("Error.class: enum %v, errdefs classes %v", got, classes)
+	}
+}
+
+func TestRefsResolve(t *testing.T) {
+	doc := loadDoc(t)
+	used := map[string]bool{}
+	var walk func(where string, v any)
+	walk = func(where string, v any) {
+		switch c := v.(type) {
+		case map[string]any:
+			if ref, ok := c["$ref"]; ok {
+				s, isString := ref.(string)
+				if !isString {
+					t.Errorf("%s: $ref %v is not a string", where, ref)
+				} else if _, err := resolve(doc, s); err != nil {
+					t.Errorf("%s: %v", where, err)
+				}
+				used[s] = true
 			}
-			seen[op.OperationID] = true
-			ok2xx := false
-			for code, r := range op.Responses {
-				if strings.HasPrefix(code, "2") {
-					ok2xx = true
-				} else {
-					name := strings.TrimPrefix(r.Ref, "#/components/responses/")
-					if _, exists := d.Components.Responses[name]; r.Ref == "" || !exists {
-						t.Errorf("%s %s %s: error response must reference a components/responses entry", method, path, code)
+			for _, k := range sortedKeys(c) {
+				walk(where+"/"+k, c[k])
+			}
+		case []any:
+			for i, e := range c {
+				walk(where+"/"+strconv.Itoa(i), e)
+			}
+		}
+	}
+	walk("#", doc)
+	for _, kind := range []string{"schemas", "responses", "parameters"} {
+		for _, name := range sortedKeys(obj(at(doc, "components", kind))) {
+			if ref := "#/components/" + kind + "/" + name; !used[ref] {
+				t.Errorf("%s is never referenced", ref)
+			}
+		}
+	}
+}
+
+var (
+	templateParam = regexp.MustCompile(`\{([^{}]+)\}`)
+	success       = regexp.MustCompile(`^2[0-9][0-9]$`)
+	failure       = regexp.MustCompile(`^[45][0-9][0-9]$`)
+)
+
+func TestOperations(t *testing.T) {
+	doc := loadDoc(t)
+	if ref := at(doc, "components", "schemas", "ErrorResponse", "properties", "error", "$ref"); ref != schemaPrefix+"Error" {
+		t.Errorf("ErrorResponse.error: $ref %v, want %sError", ref, schemaPrefix)
+	}
+	var tags []string
+	tagList, _ := doc["tags"].([]any)
+	for _, tag := range tagList {
+		tags = append(tags, fmt.Sprint(at(tag, "name")))
+	}
+	ids := map[string]string{}
+	paths := obj(doc["paths"])
+	if len(paths) == 0 {
+		t.Fatal("no paths")
+	}
+	for _, path := range sortedKeys(paths) {
+		item := obj(paths[path])
+		for _, key := range sortedKeys(item) {
+			if !slices.Contains(operationMethods, key) {
+				if !slices.Contains([]string{"parameters", "summary", "description", "servers"}, key) {
+					t.Errorf("%s: unexpected key %q", path, key)
+				}
+				continue
+			}
+			op := obj(item[key])
+			where := strings.ToUpper(key) + " " + path
+
+			id, _ := op["operationId"].(string)
+			if id == "" {
+				t.Errorf("%s: no operationId", where)
+			} else if prev, dup := ids[id]; dup {
+				t.Errorf("%s: operationId %q is also %s's", where, id, prev)
+			} else {
+				ids[id] = where
+			}
+
+			opTags := strs(op["tags"])
+			if len(opTags) == 0 {
+				t.Errorf("%s: no tags", where)
+			}
+			for _, tag := range opTags {
+				if !slices.Contains(tags, tag) {
+					t.Errorf("%s: tag %q is not declared", where, tag)
+				}
+			}
+
+			// Path parameters: exactly the names of the template, required.
+			inPath := map[string]bool{}
+			pathLevel, _ := item["parameters"].([]any)
+			opLevel, _ := op["parameters"].([]any)
+			for _, p := range slices.Concat(pathLevel, opLevel) {
+				param := deref(t, doc, p)
+				if param["in"] == "path" {
+					inPath[fmt.Sprint(param["name"])] = true
+					if param["required"] != true {
+						t.Errorf("%s: path parameter %v is not required", where, param["name"])
 					}
+				}
+				if param["schema"] == nil {
+					t.Errorf("%s: parameter %v has no schema", where, param["name"])
+				}
+			}
+			var template []string
+			for _, m := range templateParam.FindAllStringSubmatch(path, -1) {
+				template = append(template, m[1])
+			}
+			if got := sortedKeys(inPath); !slices.Equal(got, slices.Sorted(slices.Values(template))) {
+				t.Errorf("%s: path parameters %v, template has %v", where, got, template)
+			}
+
+			if rb := op["requestBody"]; rb != nil {
+				ref, _ := at(deref(t, doc, rb), "content", "application/json", "schema", "$ref").(string)
+				if !strings.HasPrefix(ref, schemaPrefix) {
+					t.Errorf("%s: request body is not application/json with a component schema", where)
+				}
+			}
+
+			responses := obj(op["responses"])
+			var ok2xx bool
+			for _, code := range sortedKeys(responses) {
+				resp := deref(t, doc, responses[code])
+				content := obj(resp["content"])
+				switch {
+				case success.MatchString(code):
+					ok2xx = true
+					if code == "204" && content != nil {
+						t.Errorf("%s: 204 with content", where)
+					}
+					if code != "204" && content == nil {
+						t.Errorf("%s: %s without content", where, code)
+					}
+					if s := content["application/x-ndjson"]; s != nil {
+						if ref := at(s, "schema", "$ref"); ref != schemaPrefix+"ExecEvent" {
+							t.Errorf("%s: NDJSON items are %v, want ExecEvent", where, ref)
+						}
+					}
+					if s := content["text/event-stream"]; s != nil {
+						if ref := at(s, "schema", "$ref"); ref != schemaPrefix+"SandboxEvent" {
+							t.Errorf("%s: event stream data is %v, want SandboxEvent", where, ref)
+						}
+					}
+				case failure.MatchString(code) || code == "default":
+					if len(content) != 1 || at(content, "application/json", "schema", "$ref") != schemaPrefix+"ErrorResponse" {
+						t.Errorf("%s: %s response is not application/json ErrorResponse", where, code)
+					}
+					if code == "default" {
+						continue
+					}
+					classes := strs(resp["x-error-classes"])
+					if len(classes) == 0 {
+						t.Errorf("%s: %s response names no x-error-classes", where, code)
+					}
+					status, _ := strconv.Atoi(code)
+					for _, c := range classes {
+						if !errdefs.Known(c) {
+							t.Errorf("%s: %s: unknown class %q", where, code, c)
+						} else if got := errdefs.HTTPStatus(errdefs.Class(c)); got != status {
+							t.Errorf("%s: %s carries class %s, whose status is %d", where, code, c, got)
+						}
+					}
+				default:
+					t.Errorf("%s: response code %q", where, code)
 				}
 			}
 			if !ok2xx {
-				t.Errorf("%s %s: no 2xx response", method, path)
+				t.Errorf("%s: no 2xx response", where)
 			}
 		}
 	}
-	// Every $ref in the document resolves.
-	var root yaml.Node
-	yaml.Unmarshal(openapiYAML, &root)
-	var walk func(n *yaml.Node)
-	walk = func(n *yaml.Node) {
-		for i := 0; i+1 < len(n.Content); i++ {
-			if n.Kind == yaml.MappingNode && n.Content[i].Value == "$ref" && i%2 == 0 {
-				ref := n.Content[i+1].Value
-				parts := strings.Split(strings.TrimPrefix(ref, "#/components/"), "/")
-				ok := len(parts) == 2
-				if ok {
-					switch parts[0] {
-					case "schemas":
-						ok = d.Components.Schemas[parts[1]] != nil
-					case "responses":
-						_, ok = d.Components.Responses[parts[1]]
-					case "parameters":
-						_, ok = d.Components.Parameters[parts[1]]
-					default:
-						ok = false
-					}
-				}
-				if !ok {
-					t.Errorf("$ref %s does not resolve", ref)
-				}
-			}
-		}
-		for _, c := range n.Content {
-			walk(c)
-		}
-	}
-	walk(&root)
 }
 
-func TestRoutesListsEveryOperation(t *testing.T) {
+func TestRoutes(t *testing.T) {
 	routes, err := Routes()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(routes) != 22 {
-		t.Fatalf("%d operations, want 22: %v", len(routes), routes)
+	if !slices.Equal(routes, wantRoutes) {
+		t.Errorf("Routes():\n%v\nwant\n%v", routes, wantRoutes)
 	}
+	// The operations of the first API cut, among them.
+	for _, r := range []string{
+		"GET /healthz", "GET /v1/version", "POST /v1/sandboxes", "GET /v1/sandboxes",
+		"GET /v1/sandboxes/{id}", "DELETE /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/exec",
+		"POST /v1/sandboxes/{id}/processes", "GET /v1/sandboxes/{id}/processes",
+		"GET /v1/sandboxes/{id}/processes/{pid}", "DELETE /v1/sandboxes/{id}/processes/{pid}",
+		"GET /v1/sandboxes/{id}/processes/{pid}/output", "POST /v1/sandboxes/{id}/processes/{pid}/wait",
+		"POST /v1/sandboxes/{id}/processes/{pid}/signal",
+	} {
+		if !slices.ContainsFunc(routes, func(x Route) bool { return x.String() == r }) {
+			t.Errorf("Routes() lacks %s", r)
+		}
+	}
+}
+
+func TestJSONFields(t *testing.T) {
+	type inner struct {
+		A string `json:"a"`
+		B int    `json:"b,omitempty"`
+	}
+	type Named struct {
+		C bool `json:"c"`
+	}
+	type outer struct {
+		inner
+		*Named `json:"named,omitzero"`
+		A      string `json:"a,omitempty"` // shadows inner.A
+		Skip   string `json:"-"`
+		Dash   string `json:"-,"`
+		hidden string
+		Bare   int64     `json:",string"`
+		Struct inner     `json:"struct,omitempty"` // omitempty never omits a struct
+		Zero   time.Time `json:"zero,omitzero"`
+	}
+	var got []string
+	for _, f := range jsonFields(reflect.TypeFor[outer]()) {
+		got = append(got, fmt.Sprintf("%s:%v:%v", f.name, f.optional, f.quoted))
+	}
+	sort.Strings(got)
+	want := []string{"-:false:false", "Bare:false:true", "a:true:false", "b:true:false", "named:true:false", "struct:false:false", "zero:true:false"}
+	if !slices.Equal(got, want) {
+		t.Errorf("jsonFields: %v, want %v", got, want)
+	}
+	_ = outer{hidden: ""}
 }
