@@ -1,13 +1,12 @@
-// Package cgroup gives each sandbox a control group, on cgroup v1 or v2
-// behind one interface, with limits, usage, and a way to start a process
-// that is born inside its group.
+// Package cgroup gives each sandbox a Linux control group, on cgroup v1 or v2 behind one interface.
 package cgroup
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,111 +34,253 @@ type Stats struct {
 	OOMKills      int64
 }
 
-// Manager creates groups under berth's root group.
+// Manager creates and finds the groups under berth's root group.
 type Manager interface {
 	// Version is 1 or 2.
 	Version() int
-	// Create makes the group for id; on error nothing is left behind.
+	// Create makes the group <root>/<id> (in every used v1 controller);
+	// on error it leaves nothing behind.
 	Create(id string) (Group, error)
-	// Load returns an existing group; an error wrapping os.ErrNotExist if absent.
+	// Load returns an existing group, or an error wrapping os.ErrNotExist.
 	Load(id string) (Group, error)
 }
 
 // Group is one sandbox's control group.
 type Group interface {
+	// Path is the group's directory (v1: the one in the memory hierarchy).
 	Path() string
+	// Set applies limits; memory limits include swap.
 	Set(Limits) error
-	// Start starts cmd so that the new process is born inside the group.
+	// Start starts cmd (not yet started) so that the new process is born
+	// inside the group, never briefly outside it. With CLONE_NEWCGROUP in
+	// cmd's Cloneflags the child's cgroup namespace is rooted at the group.
 	Start(cmd *exec.Cmd) error
+	// Procs lists the pids in the group.
 	Procs() ([]int, error)
-	// Kill sends SIGKILL to every process in the group.
+	// Kill sends SIGKILL to every process in the group and waits (up to 2 s)
+	// until none is left.
 	Kill() error
+	// Stats reads the group's usage.
 	Stats() (Stats, error)
 	// OOMKills is the group's count of OOM kills (one file read).
 	OOMKills() (int64, error)
-	// Remove deletes the group; absent is not an error.
+	// Remove deletes the group (and any subgroups); absent is not an error.
 	Remove() error
 }
 
-const cpuPeriod = 100000
+const (
+	cgroupRoot = "/sys/fs/cgroup"
+	cpuPeriod  = 100000 // µs
+	minQuota   = 1000   // µs, the kernel's smallest CFS quota
+	rmdirWait  = time.Second
+	killWait   = 2 * time.Second
+)
 
-// New detects the host's layout: v2 when /sys/fs/cgroup is a cgroup2 mount,
-// otherwise the v1 controllers cpu, cpuacct, memory and pids.
+// isV1Controller tells whether c is one of the v1 controllers berth uses:
+// cpu, memory and pids, and cpuacct, which is optional (without it
+// Stats.CPUUsageNs stays 0).
+func isV1Controller(c string) bool {
+	switch c {
+	case "cpu", "cpuacct", "memory", "pids":
+		return true
+	}
+	return false
+}
+
+// New detects the host's layout. It is v2 when /sys/fs/cgroup is a cgroup2
+// filesystem: the groups then live in /sys/fs/cgroup/<root> (a child of the
+// hierarchy root, not of the daemon's own cgroup, so that the daemon never
+// sits above its sandboxes), and New fails unless cpu, memory and pids can
+// be enabled there. Otherwise it is v1, with the cpu, cpuacct, memory and
+// pids hierarchies found in /proc/self/mountinfo.
 func New(root string) (Manager, error) {
 	var st unix.Statfs_t
-	if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
-		return nil, fmt.Errorf("statfs /sys/fs/cgroup: %w", err)
+	if err := unix.Statfs(cgroupRoot, &st); err != nil {
+		return nil, fmt.Errorf("statfs %s: %w", cgroupRoot, err)
 	}
 	if st.Type == unix.CGROUP2_SUPER_MAGIC {
-		return NewV2("/sys/fs/cgroup", root)
+		m, err := newV2(cgroupRoot, root)
+		if err != nil {
+			return nil, err
+		}
+		if missing := m.missing(); len(missing) > 0 {
+			return nil, fmt.Errorf("cgroup v2 controllers %s are not available in %s", strings.Join(missing, ", "), cgroupRoot)
+		}
+		return m, nil
 	}
-	mounts := map[string]string{}
-	for _, c := range []string{"cpu", "cpuacct", "memory", "pids"} {
-		mounts[c] = filepath.Join("/sys/fs/cgroup", c)
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("find cgroup v1 mounts: %w", err)
+	}
+	defer f.Close()
+	mounts, err := v1Mounts(f)
+	if err != nil {
+		return nil, fmt.Errorf("find cgroup v1 mounts: %w", err)
 	}
 	return NewV1(mounts, root)
 }
 
-func validID(id string) error {
-	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\x00") || len(id) > 128 {
+// v1Mounts reads a mountinfo file and returns where each of berth's v1
+// controllers is mounted (the first mount of its hierarchy).
+func v1Mounts(r io.Reader) (map[string]string, error) {
+	mounts := map[string]string{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		// 36 35 0:30 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, f := range fields {
+			if f == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 5 || len(fields) < sep+4 || fields[sep+1] != "cgroup" {
+			continue
+		}
+		dir := unescapeMount(fields[4])
+		for _, c := range strings.Split(fields[sep+3], ",") {
+			if _, seen := mounts[c]; isV1Controller(c) && !seen {
+				mounts[c] = dir
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return mounts, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// validName checks a group or root name, which becomes one directory name.
+func validName(id string) error {
+	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\x00") || len(id) > 255 {
 		return fmt.Errorf("invalid cgroup name %q", id)
 	}
 	return nil
 }
 
-func writeFile(dir, name, val string) error {
-	if err := os.WriteFile(filepath.Join(dir, name), []byte(val), 0); err != nil {
-		return fmt.Errorf("write %s=%q: %w", filepath.Join(dir, name), val, err)
+// validLimits rejects negative or non-finite limits.
+func validLimits(l Limits) error {
+	if l.CPUs < 0 || math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0) || l.MemoryBytes < 0 || l.Pids < 0 {
+		return fmt.Errorf("invalid cgroup limits %+v", l)
 	}
 	return nil
 }
 
-func readInt(dir, name string) (int64, error) {
-	b, err := os.ReadFile(filepath.Join(dir, name))
+// cpuQuota is the CFS quota in µs per cpuPeriod for cpus, or -1 for none.
+func cpuQuota(cpus float64) int64 {
+	if cpus == 0 {
+		return -1
+	}
+	q := int64(math.Round(cpus * cpuPeriod))
+	return max(q, minQuota)
+}
+
+// writeFile writes val to an existing control file (never creating one).
+func writeFile(dir, name, val string) error {
+	p := filepath.Join(dir, name)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
-		return 0, err
+		return err // names the file
+	}
+	_, err = f.WriteString(val)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("set %q: %w", val, err) // err names the file
+	}
+	return nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// readInt reads a file holding one number ("max" reads as -1).
+func readInt(dir, name string) (int64, error) {
+	p := filepath.Join(dir, name)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err // names the file
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "max" {
 		return -1, nil
 	}
-	return strconv.ParseInt(s, 10, 64)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", p, err)
+	}
+	return n, nil
 }
 
-// keyed reads "key value" lines and returns the value of key.
-func keyed(dir, name, key string) (int64, error) {
-	b, err := os.ReadFile(filepath.Join(dir, name))
+// readKeyed reads the value of key in a file of "key value" lines; a key
+// that is absent reads as 0.
+func readKeyed(dir, name, key string) (int64, error) {
+	p := filepath.Join(dir, name)
+	b, err := os.ReadFile(p)
 	if err != nil {
-		return 0, err
+		return 0, err // names the file
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 2 && f[0] == key {
-			return strconv.ParseInt(f[1], 10, 64)
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && k == key {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse %s in %s: %w", key, p, err)
+			}
+			return n, nil
 		}
 	}
 	return 0, nil
 }
 
+// readProcs lists the pids in a group directory's cgroup.procs.
 func readProcs(dir string) ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	p := filepath.Join(dir, "cgroup.procs")
+	b, err := os.ReadFile(p)
 	if err != nil {
-		return nil, err
+		return nil, err // names the file
 	}
 	var pids []int
 	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, n)
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s: %w", p, err)
 		}
+		pids = append(pids, n)
 	}
 	return pids, nil
 }
 
-// killLoop SIGKILLs the processes in dir until none is left or 2 s pass
-// (a fork bomb may add processes while we kill).
+// killLoop SIGKILLs the processes in dir until none is left, for up to
+// killWait (a fork bomb may add processes while we kill). An absent group
+// has nothing to kill.
 func killLoop(dir string) error {
-	deadline := time.Now().Add(2 * time.Second)
+	self := os.Getpid()
+	deadline := time.Now().Add(killWait)
 	for {
 		pids, err := readProcs(dir)
 		if errors.Is(err, os.ErrNotExist) {
@@ -148,32 +289,53 @@ func killLoop(dir string) error {
 		if err != nil {
 			return err
 		}
-		if len(pids) == 0 {
-			return nil
-		}
-		self := os.Getpid()
+		n := 0
 		for _, p := range pids {
-			if p != self { // never, even if a bug put one of our threads there
-				syscall.Kill(p, syscall.SIGKILL)
+			// Never ourselves: on v1 a forking thread of ours sits in the
+			// group for the few microseconds of Start.
+			if p != self {
+				n++
+				if err := syscall.Kill(p, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+					return fmt.Errorf("kill %d in %s: %w", p, dir, err)
+				}
 			}
 		}
+		if n == 0 {
+			return nil
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("processes keep appearing in %s", dir)
+			return fmt.Errorf("kill %s: %d processes still there after %v", dir, n, killWait)
 		}
 		time.Sleep(time.Millisecond)
 	}
 }
 
-// rmdir removes a group directory, retrying while exiting tasks linger.
-func rmdir(dir string) error {
-	deadline := time.Now().Add(2 * time.Second)
+// removeTree removes a group directory and its subgroups, deepest first,
+// retrying EBUSY for up to rmdirWait while exiting tasks linger. An absent
+// directory is not an error.
+func removeTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	deadline := time.Now().Add(rmdirWait)
 	for {
 		err := unix.Rmdir(dir)
 		if err == nil || errors.Is(err, unix.ENOENT) {
 			return nil
 		}
 		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-			return fmt.Errorf("rmdir %s: %w", dir, err)
+			return fmt.Errorf("remove cgroup %s: %w", dir, err)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -1,11 +1,16 @@
 package cgroup
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,7 +20,72 @@ import (
 
 const testRoot = "berth-cgroup-test"
 
-func manager(t *testing.T) Manager {
+// TestMain doubles as two helpers that the tests re-execute the test
+// binary as: a memory hog (BERTH_CGROUP_TEST_HOG=MiB touches that many MiB)
+// and a v1 Start from the main goroutine (BERTH_CGROUP_TEST_MAIN=1).
+func TestMain(m *testing.M) {
+	if s := os.Getenv("BERTH_CGROUP_TEST_HOG"); s != "" {
+		mib, _ := strconv.Atoi(s)
+		b := make([]byte, mib<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		os.Exit(0)
+	}
+	if os.Getenv("BERTH_CGROUP_TEST_MAIN") != "" {
+		if err := startsFromMainGoroutine(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// startsFromMainGoroutine calls Start from the main goroutine, whose
+// forking goroutine then often lands on the main thread, which the runtime
+// cannot retire: no thread of this process may be left in the group.
+func startsFromMainGoroutine() error {
+	m, err := New(testRoot)
+	if err != nil {
+		return err
+	}
+	for range 10 {
+		g, err := m.Create(uniqueID("main"))
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command("/bin/sleep", "30")
+		err = g.Start(cmd)
+		var left []string
+		tasks, _ := filepath.Glob("/proc/self/task/*/cgroup")
+		for _, f := range tasks {
+			if b, _ := os.ReadFile(f); strings.Contains(string(b), "/"+testRoot+"/") {
+				left = append(left, f)
+			}
+		}
+		if err == nil {
+			err = g.Kill()
+			cmd.Wait()
+		}
+		err = errors.Join(err, g.Remove())
+		if len(left) > 0 {
+			return fmt.Errorf("threads left in %s after Start: %v", g.Path(), left)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uniqueID is a group name no other test run uses.
+func uniqueID(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), time.Now().UnixNano())
+}
+
+// hostManager is New's manager for this host.
+func hostManager(t *testing.T) Manager {
 	t.Helper()
 	testutil.RequireRoot(t)
 	m, err := New(testRoot)
@@ -25,165 +95,622 @@ func manager(t *testing.T) Manager {
 	return m
 }
 
-func group(t *testing.T, m Manager, id string) Group {
+// hostV1 is a manager over this host's v1 hierarchies; it skips where
+// the host has none (a pure v2 host).
+func hostV1(t *testing.T) (Manager, map[string]string) {
 	t.Helper()
+	testutil.RequireRoot(t)
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mounts, err := v1Mounts(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mounts["memory"] == "" {
+		t.Skip("this host has no cgroup v1 hierarchies")
+	}
+	m, err := NewV1(mounts, testRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, mounts
+}
+
+// hostV2Mount is a cgroup2 mount of this host: /sys/fs/cgroup on a pure v2
+// host, the hybrid /sys/fs/cgroup/unified otherwise.
+func hostV2Mount(t *testing.T) string {
+	t.Helper()
+	testutil.RequireRoot(t)
+	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st syscall.Statfs_t
+		if syscall.Statfs(dir, &st) == nil && st.Type == 0x63677270 { // CGROUP2_SUPER_MAGIC
+			return dir
+		}
+	}
+	t.Skip("this host has no cgroup2 mount")
+	return ""
+}
+
+// create makes a group that the test's cleanup kills and removes.
+func create(t *testing.T, m Manager, prefix string) (Group, string) {
+	t.Helper()
+	id := uniqueID(prefix)
 	g, err := m.Create(id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { g.Kill(); g.Remove() })
-	return g
+	t.Cleanup(func() {
+		if err := g.Kill(); err != nil {
+			t.Error(err)
+		}
+		if err := g.Remove(); err != nil {
+			t.Error(err)
+		}
+	})
+	return g, id
 }
 
-func TestLimitsAndPlacement(t *testing.T) {
-	m := manager(t)
-	g := group(t, m, fmt.Sprintf("t%d", time.Now().UnixNano()))
+// start starts cmd in g; the test's cleanup kills and reaps it.
+func start(t *testing.T, g Group, cmd *exec.Cmd) {
+	t.Helper()
+	if err := g.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+}
+
+func readTrim(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// cgroupLines maps each controller (v2: "") of /proc/<pid>/cgroup to its path.
+func cgroupLines(t *testing.T, pid string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for line := range strings.Lines(readTrim(t, "/proc/"+pid+"/cgroup")) {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 {
+			t.Fatalf("odd cgroup line %q", line)
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			out[c] = parts[2]
+		}
+	}
+	return out
+}
+
+// checkNotInGroup fails if a thread of the test process is in dir's group.
+func checkNotInGroup(t *testing.T, g Group) {
+	t.Helper()
+	procs, err := g.Procs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(procs, os.Getpid()) {
+		t.Fatalf("the test process (the daemon, in real life) is in %s: %v", g.Path(), procs)
+	}
+}
+
+func TestV1Mounts(t *testing.T) {
+	info := `22 27 0:20 / /sys rw,nosuid shared:7 - sysfs sysfs rw
+30 22 0:25 / /sys/fs/cgroup ro shared:9 - tmpfs tmpfs ro,mode=755
+31 30 0:26 / /sys/fs/cgroup/unified rw shared:10 - cgroup2 cgroup2 rw,nsdelegate
+32 30 0:27 / /sys/fs/cgroup/systemd rw shared:11 - cgroup cgroup rw,xattr,name=systemd
+35 30 0:30 / /sys/fs/cgroup/cpu,cpuacct rw shared:15 - cgroup cgroup rw,cpu,cpuacct
+36 30 0:31 / /sys/fs/cgroup/my\040memory rw shared:16 - cgroup cgroup rw,memory
+37 30 0:32 / /sys/fs/cgroup/pids rw shared:17 - cgroup cgroup rw,pids
+38 30 0:32 / /mnt/pids-again rw shared:17 - cgroup cgroup rw,pids
+39 30 0:33 / /sys/fs/cgroup/net_cls,net_prio rw shared:18 - cgroup cgroup rw,net_cls,net_prio
+`
+	got, err := v1Mounts(strings.NewReader(info))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"cpu":     "/sys/fs/cgroup/cpu,cpuacct",
+		"cpuacct": "/sys/fs/cgroup/cpu,cpuacct",
+		"memory":  "/sys/fs/cgroup/my memory",
+		"pids":    "/sys/fs/cgroup/pids",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	for _, id := range []string{"", ".", "..", "a/b", "../x", "x\x00", strings.Repeat("x", 256)} {
+		if validName(id) == nil {
+			t.Errorf("validName(%q) accepted", id)
+		}
+	}
+	for _, id := range []string{"sb-1", "a.b", "..x", strings.Repeat("x", 255)} {
+		if err := validName(id); err != nil {
+			t.Errorf("validName(%q): %v", id, err)
+		}
+	}
+	for _, l := range []Limits{{CPUs: -1}, {MemoryBytes: -1}, {Pids: -1}} {
+		if validLimits(l) == nil {
+			t.Errorf("validLimits(%+v) accepted", l)
+		}
+	}
+	for cpus, want := range map[float64]int64{0: -1, 0.5: 50000, 2: 200000, 0.001: minQuota} {
+		if got := cpuQuota(cpus); got != want {
+			t.Errorf("cpuQuota(%v) = %d, want %d", cpus, got, want)
+		}
+	}
+}
+
+// TestV2FilesOnPlainDir checks what the v2 code writes and reads against a
+// temporary directory of plain files standing in for a cgroup2 hierarchy
+// with controllers (this host's only cgroup2 mount has none). Needs no root.
+func TestV2FilesOnPlainDir(t *testing.T) {
+	mount := t.TempDir()
+	touch := func(dir string, files map[string]string) {
+		t.Helper()
+		for name, val := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(val), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	touch(mount, map[string]string{"cgroup.controllers": "cpuset cpu io memory pids\n", "cgroup.subtree_control": ""})
+	if err := os.Mkdir(filepath.Join(mount, "berth"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	touch(filepath.Join(mount, "berth"), map[string]string{"cgroup.subtree_control": ""})
+	m, err := NewV2(mount, "berth")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Version() != 2 {
+		t.Fatalf("version %d", m.Version())
+	}
+	g, err := m.Create("sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No controller files yet: Set says which controller is missing.
+	if err := g.Set(Limits{CPUs: 1}); err == nil || !strings.Contains(err.Error(), "controller cpu is not enabled") {
+		t.Fatalf("Set without controllers: %v", err)
+	}
+	touch(g.Path(), map[string]string{
+		"cpu.max": "", "memory.max": "", "memory.swap.max": "", "pids.max": "",
+		"cpu.stat":       "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n",
+		"memory.current": "4096\n", "memory.peak": "8192\n", "pids.current": "3\n",
+		"memory.events": "low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\n",
+	})
+	check := func(want map[string]string) {
+		t.Helper()
+		for name, val := range want {
+			if got := readTrim(t, filepath.Join(g.Path(), name)); got != val {
+				t.Errorf("%s = %q, want %q", name, got, val)
+			}
+		}
+	}
+	if err := g.Set(Limits{CPUs: 1.5, MemoryBytes: 64 << 20, Pids: 50}); err != nil {
+		t.Fatal(err)
+	}
+	check(map[string]string{"cpu.max": "150000 100000", "memory.max": "67108864", "memory.swap.max": "0", "pids.max": "50"})
+	if err := g.Set(Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	check(map[string]string{"cpu.max": "max 100000", "memory.max": "max", "memory.swap.max": "0", "pids.max": "max"})
+	st, err := g.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Stats{CPUUsageNs: 1500000, MemoryCurrent: 4096, MemoryPeak: 8192, Pids: 3, OOMKills: 2}); st != want {
+		t.Errorf("stats %+v, want %+v", st, want)
+	}
+	os.Remove(filepath.Join(g.Path(), "memory.peak")) // before Linux 5.19
+	if st, err := g.Stats(); err != nil || st.MemoryPeak != 0 || st.MemoryCurrent != 4096 {
+		t.Errorf("stats without memory.peak: %+v %v", st, err)
+	}
+	if _, err := m.Load("absent"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(absent): %v", err)
+	}
+	if _, err := m.Load("sb"); err != nil {
+		t.Errorf("Load(sb): %v", err)
+	}
+}
+
+// TestLifecycle runs a group of New's kind (v1 on this host) through
+// Create, Set, Start, Procs, Stats, Kill and Remove.
+func TestLifecycle(t *testing.T) {
+	m := hostManager(t)
+	g, id := create(t, m, "life")
 	if err := g.Set(Limits{CPUs: 0.5, MemoryBytes: 64 << 20, Pids: 100}); err != nil {
 		t.Fatal(err)
 	}
+	want := map[string]string{} // file -> value
+	var controllers []string
 	if m.Version() == 1 {
-		for file, want := range map[string]string{
-			"/sys/fs/cgroup/cpu/" + testRoot + "/" + filepath.Base(g.Path()) + "/cpu.cfs_quota_us":         "50000",
-			"/sys/fs/cgroup/memory/" + testRoot + "/" + filepath.Base(g.Path()) + "/memory.limit_in_bytes": fmt.Sprint(64 << 20),
-			"/sys/fs/cgroup/pids/" + testRoot + "/" + filepath.Base(g.Path()) + "/pids.max":                "100",
-		} {
-			b, err := os.ReadFile(file)
-			if err != nil || strings.TrimSpace(string(b)) != want {
-				t.Errorf("%s = %q (%v), want %s", file, b, err, want)
-			}
+		_, mounts := hostV1(t)
+		dir := func(c string) string { return filepath.Join(mounts[c], testRoot, id) }
+		want[filepath.Join(dir("cpu"), "cpu.cfs_period_us")] = "100000"
+		want[filepath.Join(dir("cpu"), "cpu.cfs_quota_us")] = "50000"
+		want[filepath.Join(dir("memory"), "memory.limit_in_bytes")] = "67108864"
+		if exists(filepath.Join(dir("memory"), "memory.memsw.limit_in_bytes")) {
+			want[filepath.Join(dir("memory"), "memory.memsw.limit_in_bytes")] = "67108864"
+		}
+		want[filepath.Join(dir("pids"), "pids.max")] = "100"
+		for c := range mounts {
+			controllers = append(controllers, c)
+		}
+	} else {
+		want[filepath.Join(g.Path(), "cpu.max")] = "50000 100000"
+		want[filepath.Join(g.Path(), "memory.max")] = "67108864"
+		want[filepath.Join(g.Path(), "pids.max")] = "100"
+		controllers = []string{""}
+	}
+	for file, val := range want {
+		if got := readTrim(t, file); got != val {
+			t.Errorf("%s = %q, want %q", file, got, val)
 		}
 	}
+
 	cmd := exec.Command("/bin/sleep", "30")
-	if err := g.Start(cmd); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if strings.Contains(line, ":memory:") || strings.Contains(line, ":pids:") || strings.Contains(line, ":cpu:") || strings.HasPrefix(line, "0::") && m.Version() == 2 {
-			if !strings.HasSuffix(line, "/"+testRoot+"/"+filepath.Base(g.Path())) {
-				t.Errorf("child not in its group: %s", line)
-			}
+	start(t, g, cmd)
+	checkNotInGroup(t, g)
+	pid := strconv.Itoa(cmd.Process.Pid)
+	lines := cgroupLines(t, pid)
+	for _, c := range controllers {
+		if p := lines[c]; !strings.HasSuffix(p, "/"+testRoot+"/"+id) {
+			t.Errorf("child's %q cgroup is %q, want the group", c, p)
 		}
 	}
-	// The daemon itself must never stay in a sandbox's group.
-	procs, _ := g.Procs()
-	for _, p := range procs {
-		if p == os.Getpid() {
-			t.Fatal("the test process (the daemon, in real life) is in the sandbox's group")
-		}
-	}
-	if len(procs) != 1 || procs[0] != cmd.Process.Pid {
-		t.Errorf("procs %v, want [%d]", procs, cmd.Process.Pid)
+	procs, err := g.Procs()
+	if err != nil || !slices.Equal(procs, []int{cmd.Process.Pid}) {
+		t.Errorf("procs %v %v, want [%d]", procs, err, cmd.Process.Pid)
 	}
 	st, err := g.Stats()
-	if err != nil || st.Pids != 1 {
+	if err != nil || st.Pids != 1 || st.MemoryCurrent <= 0 || st.MemoryPeak < st.MemoryCurrent {
 		t.Errorf("stats %+v %v", st, err)
 	}
-	if err := g.Kill(); err != nil {
+
+	loaded, err := m.Load(id)
+	if err != nil || loaded.Path() != g.Path() {
+		t.Fatalf("Load: %v %v", loaded, err)
+	}
+	if err := loaded.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Wait()
+	if err := cmd.Wait(); err == nil || cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("after Kill: %v, want SIGKILL", err)
+	}
+	if procs, err := g.Procs(); err != nil || len(procs) != 0 {
+		t.Errorf("procs after Kill: %v %v", procs, err)
+	}
 	if err := g.Remove(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Load(filepath.Base(g.Path())); !os.IsNotExist(err) && !strings.Contains(fmt.Sprint(err), "not exist") {
-		t.Errorf("load after remove: %v", err)
-	}
-}
-
-func TestCgroupNamespaceRootedAtGroup(t *testing.T) {
-	m := manager(t)
-	g := group(t, m, fmt.Sprintf("ns%d", time.Now().UnixNano()))
-	cmd := exec.Command("/bin/cat", "/proc/self/cgroup")
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWCGROUP,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 100000, Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 100000, Size: 1}},
-	}
-	var out strings.Builder
-	cmd.Stdout = &out
-	if err := g.Start(cmd); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		if (strings.Contains(line, ":memory:") || strings.Contains(line, ":pids:")) && !strings.HasSuffix(line, ":/") {
-			t.Errorf("cgroup namespace not rooted at the group: %s", line)
+	for file := range want {
+		if _, err := os.Stat(filepath.Dir(file)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after Remove: %v", filepath.Dir(file), err)
 		}
 	}
+	if err := g.Remove(); err != nil {
+		t.Errorf("second Remove: %v", err)
+	}
+	if _, err := m.Load(id); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load after Remove: %v", err)
+	}
 }
 
-func TestMemoryLimitOOMKills(t *testing.T) {
-	m := manager(t)
-	g := group(t, m, fmt.Sprintf("oom%d", time.Now().UnixNano()))
+// TestV1SetRaisesAndLowers changes a limit both ways: with swap accounting
+// the memory and memory+swap limits must be written in the right order.
+func TestV1SetRaisesAndLowers(t *testing.T) {
+	m, mounts := hostV1(t)
+	g, id := create(t, m, "raise")
+	mem := filepath.Join(mounts["memory"], testRoot, id)
+	for _, l := range []Limits{{MemoryBytes: 32 << 20}, {MemoryBytes: 64 << 20, CPUs: 2}, {MemoryBytes: 16 << 20}, {}} {
+		if err := g.Set(l); err != nil {
+			t.Fatalf("Set(%+v): %v", l, err)
+		}
+		got := readTrim(t, filepath.Join(mem, "memory.limit_in_bytes"))
+		if l.MemoryBytes > 0 && got != strconv.FormatInt(l.MemoryBytes, 10) {
+			t.Errorf("Set(%+v): memory.limit_in_bytes %s", l, got)
+		}
+		if sw := filepath.Join(mem, "memory.memsw.limit_in_bytes"); exists(sw) && readTrim(t, sw) != got {
+			t.Errorf("Set(%+v): memsw %s, limit %s", l, readTrim(t, sw), got)
+		}
+	}
+	if q := readTrim(t, filepath.Join(mounts["cpu"], testRoot, id, "cpu.cfs_quota_us")); q != "-1" {
+		t.Errorf("unlimited cpu quota %s, want -1", q)
+	}
+}
+
+// TestV1CreateFailureLeavesNothing makes Create fail half-way, in the last
+// hierarchy, and checks that the ones before it are cleaned up.
+func TestV1CreateFailureLeavesNothing(t *testing.T) {
+	m, mounts := hostV1(t)
+	id := uniqueID("half")
+	var dirs []string
+	for _, mount := range mounts {
+		real, err := filepath.EvalSymlinks(mount)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := filepath.Join(real, testRoot, id); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	slices.Sort(dirs)
+	last := dirs[len(dirs)-1]
+	if err := os.Mkdir(last, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(last) })
+	if _, err := m.Create(id); !errors.Is(err, os.ErrExist) {
+		t.Fatalf("Create over an existing dir: %v", err)
+	}
+	for _, d := range dirs[:len(dirs)-1] {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind: %v", d, err)
+		}
+	}
+	if !exists(last) {
+		t.Errorf("Create removed %s, which it did not make", last)
+	}
+	for _, bad := range []string{"", "..", "a/b", "../../escape"} {
+		if _, err := m.Create(bad); err == nil {
+			t.Errorf("Create(%q) succeeded", bad)
+		}
+	}
+	if exists(filepath.Join(mounts["memory"], "escape")) || exists(filepath.Join(mounts["memory"], testRoot, "a")) {
+		t.Error("an invalid id made a directory")
+	}
+}
+
+// TestOOMKill runs a process that touches 256 MiB in a group limited to
+// 32 MiB: the OOM killer kills it and Stats counts it.
+func TestOOMKill(t *testing.T) {
+	m := hostManager(t)
+	g, _ := create(t, m, "oom")
 	if err := g.Set(Limits{MemoryBytes: 32 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("python3", "-c", "b = bytearray(256 << 20); print(len(b))")
-	if err := g.Start(cmd); err != nil {
+	self, err := os.Executable()
+	if err != nil {
 		t.Fatal(err)
 	}
-	err := cmd.Wait()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("want SIGKILL by the OOM killer, got %v", err)
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), "BERTH_CGROUP_TEST_HOG=256")
+	start(t, g, cmd)
+	err = cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("hog ended with %v, want SIGKILL from the OOM killer", err)
 	}
 	st, err := g.Stats()
-	if err != nil || st.OOMKills < 1 {
-		t.Fatalf("stats %+v %v, want an oom kill", st, err)
+	if err != nil || st.OOMKills < 1 || st.MemoryPeak > 32<<20 {
+		t.Fatalf("stats %+v %v, want an OOM kill and a peak within 32 MiB", st, err)
+	}
+	if n, err := g.OOMKills(); err != nil || n != st.OOMKills {
+		t.Errorf("OOMKills %d %v, Stats %d", n, err, st.OOMKills)
 	}
 }
 
-func TestInvalidIDLeavesNothing(t *testing.T) {
-	m := manager(t)
-	for _, id := range []string{"", "..", "a/b", "x\x00"} {
-		if _, err := m.Create(id); err == nil {
-			t.Errorf("Create(%q) succeeded", id)
+// startReporter starts in g a shell that prints its own /proc/self/cgroup
+// with builtins only (so no other process of it exists), then execs sleep;
+// with ns it is started in new user and cgroup namespaces, root inside
+// mapped to uid 100000 outside. It returns the lines the child printed.
+func startReporter(t *testing.T, g Group, ns bool) (*exec.Cmd, []string) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", `while read -r l; do echo "$l"; done </proc/self/cgroup; echo end; exec /bin/sleep 30`)
+	if ns {
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWCGROUP,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 100000, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 100000, Size: 1}},
 		}
 	}
-	entries, _ := os.ReadDir("/sys/fs/cgroup/memory/" + testRoot)
-	for _, e := range entries {
-		if e.IsDir() && (e.Name() == "a" || e.Name() == "..") {
-			t.Errorf("left %s", e.Name())
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd.Stdout, cmd.Stderr = w, w
+	start(t, g, cmd)
+	w.Close()
+	var lines []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() && sc.Text() != "end" {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) == 0 {
+		t.Fatalf("the child printed no cgroups (%v)", sc.Err())
+	}
+	return cmd, lines
+}
+
+// checkNamespaceRoot starts a child with CLONE_NEWCGROUP in g and checks
+// that it sees itself at the root of every hierarchy while the host sees it
+// in g (in each of controllers).
+func checkNamespaceRoot(t *testing.T, g Group, id string, controllers []string) {
+	t.Helper()
+	cmd, lines := startReporter(t, g, true)
+	for _, line := range lines {
+		if !strings.HasSuffix(line, ":/") {
+			t.Errorf("cgroup namespace not rooted at the group: %q", line)
+		}
+	}
+	host := cgroupLines(t, strconv.Itoa(cmd.Process.Pid))
+	for _, c := range controllers {
+		if p := host[c]; !strings.HasSuffix(p, "/"+testRoot+"/"+id) {
+			t.Errorf("child's %q cgroup is %q, want the group", c, p)
 		}
 	}
 }
 
-// TestV2OnUnifiedMount exercises the v2 code on this host's hybrid cgroup2
-// mount, which carries no controllers: groups, birth inside the group with
-// CLONE_INTO_CGROUP, kill and removal. Limits need controllers and are only
-// checked to fail clearly here.
-func TestV2OnUnifiedMount(t *testing.T) {
-	testutil.RequireRoot(t)
-	mount := "/sys/fs/cgroup/unified"
-	if _, err := os.Stat(filepath.Join(mount, "cgroup.procs")); err != nil {
-		if m, err := New(testRoot); err == nil && m.Version() == 2 {
-			mount = "/sys/fs/cgroup" // a pure v2 host: the main hierarchy
-		} else {
-			t.Fatalf("no cgroup2 mount to test on: %v", err)
-		}
+// TestV1CgroupNamespaceRootedAtGroup: a child started with CLONE_NEWCGROUP
+// sees itself at the root of every hierarchy.
+func TestV1CgroupNamespaceRootedAtGroup(t *testing.T) {
+	m, _ := hostV1(t)
+	g, id := create(t, m, "ns")
+	checkNamespaceRoot(t, g, id, []string{"cpu", "cpuacct", "memory", "pids"})
+}
+
+// TestV2CgroupNamespaceRootedAtGroup: the same for a child born with
+// CLONE_INTO_CGROUP on a cgroup2 mount.
+func TestV2CgroupNamespaceRootedAtGroup(t *testing.T) {
+	m, err := NewV2(hostV2Mount(t), testRoot)
+	if err != nil {
+		t.Fatal(err)
 	}
+	g, id := create(t, m, "v2ns")
+	checkNamespaceRoot(t, g, id, []string{""})
+}
+
+// TestV2OnHostMount runs the v2 code on this host's cgroup2 mount (on this
+// host the hybrid /sys/fs/cgroup/unified, which has no controllers: Set
+// must fail there naming the controller; TestV2FilesOnPlainDir covers the
+// files it writes and reads against plain files). The child, born inside
+// the group through CLONE_INTO_CGROUP, reports its own cgroup.
+func TestV2OnHostMount(t *testing.T) {
+	mount := hostV2Mount(t)
 	m, err := NewV2(mount, testRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := group(t, m, fmt.Sprintf("v2%d", time.Now().UnixNano()))
-	cmd := exec.Command("/bin/sleep", "30")
-	if err := g.Start(cmd); err != nil {
+	g, id := create(t, m, "v2")
+	err = g.Set(Limits{MemoryBytes: 64 << 20})
+	if !exists(filepath.Join(g.Path(), "memory.max")) {
+		if err == nil || !strings.Contains(err.Error(), "controller cpu is not enabled") {
+			t.Errorf("Set without controllers: %v, want an error naming the controller", err)
+		}
+	} else if err != nil {
+		t.Errorf("Set: %v", err)
+	}
+
+	cmd, lines := startReporter(t, g, false)
+	if !slices.Contains(lines, "0::/"+testRoot+"/"+id) {
+		t.Errorf("child's cgroups %q, want 0::/%s/%s", lines, testRoot, id)
+	}
+	checkNotInGroup(t, g)
+	procs, err := g.Procs()
+	if err != nil || !slices.Equal(procs, []int{cmd.Process.Pid}) {
+		t.Fatalf("procs %v %v, want [%d]", procs, err, cmd.Process.Pid)
+	}
+	if _, err := g.Stats(); err != nil {
+		t.Errorf("Stats: %v", err)
+	}
+	if err := g.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	procs, err := g.Procs()
-	if err != nil || len(procs) != 1 || procs[0] != cmd.Process.Pid {
-		t.Fatalf("procs %v %v", procs, err)
+	if err := cmd.Wait(); err == nil || cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("after Kill: %v, want SIGKILL", err)
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(g.Path()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("group still there: %v", err)
+	}
+	if _, err := m.Load(id); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load after Remove: %v", err)
+	}
+}
+
+// TestKillManyAndRemoveSubgroups kills a group with a tree of processes
+// and removes it although it holds a subgroup.
+func TestKillManyAndRemoveSubgroups(t *testing.T) {
+	m := hostManager(t)
+	g, _ := create(t, m, "many")
+	cmd := exec.Command("/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 30 & done; wait")
+	start(t, g, cmd)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		procs, err := g.Procs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(procs) == 9 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("procs %v, want 9", procs)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	if err := g.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	cmd.Wait()
+	if procs, err := g.Procs(); err != nil || len(procs) != 0 {
+		t.Fatalf("procs after Kill %v %v", procs, err)
+	}
+	if err := os.Mkdir(filepath.Join(g.Path(), "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := g.Remove(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(g.Path()); !os.IsNotExist(err) {
-		t.Fatalf("group still there: %v", err)
+	if exists(g.Path()) {
+		t.Fatal("group left after Remove")
+	}
+}
+
+// TestStartFromMainThread runs startsFromMainGoroutine in a fresh process.
+func TestStartFromMainThread(t *testing.T) {
+	testutil.RequireRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), "BERTH_CGROUP_TEST_MAIN=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+}
+
+// TestConcurrentStarts starts processes in many groups at once and checks
+// that no thread of the daemon is left in any of them.
+func TestConcurrentStarts(t *testing.T) {
+	m := hostManager(t)
+	const n = 16
+	groups := make([]Group, n)
+	cmds := make([]*exec.Cmd, n)
+	for i := range n {
+		groups[i], _ = create(t, m, fmt.Sprintf("conc%d", i))
+		cmds[i] = exec.Command("/bin/sleep", "30")
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { errs[i] = groups[i].Start(cmds[i]) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		t.Cleanup(func() { cmds[i].Process.Kill(); cmds[i].Wait() })
+	}
+	for i, g := range groups {
+		checkNotInGroup(t, g)
+		procs, err := g.Procs()
+		if err != nil || !slices.Equal(procs, []int{cmds[i].Process.Pid}) {
+			t.Errorf("group %d procs %v %v, want [%d]", i, procs, err, cmds[i].Process.Pid)
+		}
+	}
+	// Every thread of this process is back outside berth's groups.
+	tasks, err := filepath.Glob("/proc/self/task/*/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		if strings.Contains(string(b), "/"+testRoot+"/") {
+			t.Errorf("%s: %s", f, b)
+		}
 	}
 }

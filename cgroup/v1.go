@@ -7,127 +7,144 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
+	"slices"
 	"strconv"
-	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
+// v1Manager keeps groups in the v1 hierarchies of cpu, cpuacct, memory and
+// pids; controllers mounted together (cpu,cpuacct) share one directory.
 type v1Manager struct {
-	mounts map[string]string // controller -> mount dir
 	root   string
+	mounts map[string]string // controller -> hierarchy mount dir, symlinks resolved
 }
 
-// NewV1 returns a manager over v1 hierarchies; memory, cpu and pids are required.
+// NewV1 returns a manager over v1 hierarchies given as controller -> mount
+// directory. memory, cpu and pids are required; cpuacct is optional and
+// skipped when absent or not mounted (Stats.CPUUsageNs then stays 0). The
+// groups live in <mount>/<root>/<id> in each hierarchy.
 func NewV1(mounts map[string]string, root string) (Manager, error) {
-	if err := validID(root); err != nil {
+	if err := validName(root); err != nil {
 		return nil, err
 	}
-	m := &v1Manager{mounts: map[string]string{}, root: root}
+	m := &v1Manager{root: root, mounts: map[string]string{}}
 	for c, dir := range mounts {
-		if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
-			if c == "cpuacct" {
-				continue // optional: usage is also in cpu on some hosts
-			}
-			return nil, fmt.Errorf("cgroup v1 controller %s not mounted at %s: %w", c, dir, err)
+		if !isV1Controller(c) {
+			return nil, fmt.Errorf("cgroup v1 controller %q is not supported", c)
 		}
-		m.mounts[c] = dir
-		if err := os.MkdirAll(filepath.Join(dir, root), 0o755); err != nil {
-			return nil, fmt.Errorf("make %s: %w", filepath.Join(dir, root), err)
+		real, err := v1Hierarchy(dir)
+		if err != nil {
+			if c == "cpuacct" {
+				continue
+			}
+			return nil, fmt.Errorf("cgroup v1 controller %s: %w", c, err)
+		}
+		m.mounts[c] = real
+	}
+	for _, c := range []string{"cpu", "memory", "pids"} {
+		if _, ok := m.mounts[c]; !ok {
+			return nil, fmt.Errorf("cgroup v1 controller %s is required but not mounted", c)
 		}
 	}
-	for _, c := range []string{"memory", "cpu", "pids"} {
-		if _, ok := m.mounts[c]; !ok {
-			return nil, fmt.Errorf("cgroup v1 controller %s is required", c)
+	for _, dir := range m.group("").all {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("make cgroup root: %w", err)
 		}
 	}
 	return m, nil
 }
 
-func (m *v1Manager) Version() int { return 1 }
-
-func (m *v1Manager) controllers() []string {
-	cs := make([]string, 0, len(m.mounts))
-	for c := range m.mounts {
-		cs = append(cs, c)
+// v1Hierarchy resolves a v1 mount directory and checks that it is one.
+func v1Hierarchy(dir string) (string, error) {
+	if dir == "" {
+		return "", fmt.Errorf("no mount directory: %w", os.ErrNotExist)
 	}
-	sort.Strings(cs)
-	return cs
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", fmt.Errorf("mount %s: %w", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(real, "tasks")); err != nil {
+		return "", fmt.Errorf("%s is not a cgroup v1 hierarchy: %w", dir, err)
+	}
+	return real, nil
 }
 
+func (m *v1Manager) Version() int { return 1 }
+
+// group returns the group id's directories (id "" gives berth's root group).
 func (m *v1Manager) group(id string) *v1Group {
-	g := &v1Group{id: id, mounts: m.mounts, dirs: map[string]string{}}
-	for c, dir := range m.mounts {
-		g.dirs[c] = filepath.Join(dir, m.root, id)
+	g := &v1Group{dirs: map[string]string{}}
+	for c, mount := range m.mounts {
+		d := filepath.Join(mount, m.root, id)
+		g.dirs[c] = d
+		if !slices.Contains(g.all, d) {
+			g.all = append(g.all, d)
+		}
 	}
-	g.order = m.controllers()
+	slices.Sort(g.all)
 	return g
 }
 
 func (m *v1Manager) Create(id string) (Group, error) {
-	if err := validID(id); err != nil {
+	if err := validName(id); err != nil {
 		return nil, err
 	}
 	g := m.group(id)
-	for _, c := range g.order {
-		if err := os.Mkdir(g.dirs[c], 0o755); err != nil {
-			g.Remove()
-			return nil, fmt.Errorf("create cgroup: %w", err)
+	for i, d := range g.all {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			err = fmt.Errorf("create cgroup %s: %w", id, err)
+			for _, made := range slices.Backward(g.all[:i]) {
+				if rerr := removeTree(made); rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
+			return nil, err
 		}
 	}
 	return g, nil
 }
 
+// Load returns the group when its directory exists in any hierarchy (a
+// group left half-made by a crash can still be removed).
 func (m *v1Manager) Load(id string) (Group, error) {
-	if err := validID(id); err != nil {
+	if err := validName(id); err != nil {
 		return nil, err
 	}
 	g := m.group(id)
-	found := false
-	for _, d := range g.dirs {
-		if _, err := os.Stat(d); err == nil {
-			found = true
+	for _, d := range g.all {
+		_, err := os.Stat(d)
+		if err == nil {
+			return g, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("load cgroup %s: %w", id, err)
 		}
 	}
-	if !found {
-		return nil, fmt.Errorf("cgroup %s: %w", id, os.ErrNotExist)
-	}
-	return g, nil
+	return nil, fmt.Errorf("load cgroup %s: %w", id, os.ErrNotExist)
 }
 
 type v1Group struct {
-	id     string
-	mounts map[string]string
-	dirs   map[string]string
-	order  []string
+	dirs map[string]string // controller -> group dir
+	all  []string          // the distinct group dirs, sorted
 }
 
 func (g *v1Group) Path() string { return g.dirs["memory"] }
 
 func (g *v1Group) Set(l Limits) error {
-	quota := "-1"
-	if l.CPUs > 0 {
-		quota = strconv.FormatInt(int64(l.CPUs*cpuPeriod), 10)
-	}
-	if err := writeFile(g.dirs["cpu"], "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err != nil {
+	if err := validLimits(l); err != nil {
 		return err
 	}
-	if err := writeFile(g.dirs["cpu"], "cpu.cfs_quota_us", quota); err != nil {
+	cpu := g.dirs["cpu"]
+	if err := writeFile(cpu, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err != nil {
 		return err
 	}
-	mem := "-1"
-	if l.MemoryBytes > 0 {
-		mem = strconv.FormatInt(l.MemoryBytes, 10)
-	}
-	if err := writeFile(g.dirs["memory"], "memory.limit_in_bytes", mem); err != nil {
+	if err := writeFile(cpu, "cpu.cfs_quota_us", strconv.FormatInt(cpuQuota(l.CPUs), 10)); err != nil {
 		return err
 	}
-	// No swap beyond the limit, where the kernel accounts swap.
-	if _, err := os.Stat(filepath.Join(g.dirs["memory"], "memory.memsw.limit_in_bytes")); err == nil {
-		if err := writeFile(g.dirs["memory"], "memory.memsw.limit_in_bytes", mem); err != nil {
-			return err
-		}
+	if err := g.setMemory(l.MemoryBytes); err != nil {
+		return err
 	}
 	pids := "max"
 	if l.Pids > 0 {
@@ -136,108 +153,130 @@ func (g *v1Group) Set(l Limits) error {
 	return writeFile(g.dirs["pids"], "pids.max", pids)
 }
 
-// Start forks cmd from an OS thread that first moved itself into the group,
-// so the child is born inside it (and CLONE_NEWCGROUP roots the child's
-// cgroup namespace at the group). The thread moves back to where it was
-// right after the fork: the daemon must never be a member of a sandbox's
-// group, or killing the group would kill the daemon.
-func (g *v1Group) Start(cmd *exec.Cmd) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		tid := unix.Gettid()
-		home, err := threadGroups(tid)
-		if err != nil {
-			errc <- err
-			return
+// setMemory sets the memory limit, and the memory+swap limit to the same
+// value where the kernel accounts swap, so the group cannot swap.
+func (g *v1Group) setMemory(limit int64) error {
+	dir := g.dirs["memory"]
+	val := "-1"
+	if limit > 0 {
+		val = strconv.FormatInt(limit, 10)
+	}
+	memsw := exists(filepath.Join(dir, "memory.memsw.limit_in_bytes"))
+	err := writeFile(dir, "memory.limit_in_bytes", val)
+	switch {
+	case !memsw:
+		return err
+	case errors.Is(err, unix.EINVAL):
+		// Raising the limit: it may not exceed memsw, so memsw goes first.
+		if err := writeFile(dir, "memory.memsw.limit_in_bytes", val); err != nil {
+			return err
 		}
-		back := func() error {
-			for _, c := range g.order {
-				if err := writeFile(filepath.Join(g.mounts[c], home[c]), "tasks", strconv.Itoa(tid)); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		for _, c := range g.order {
-			if err := writeFile(g.dirs[c], "tasks", strconv.Itoa(tid)); err != nil {
-				back()
-				errc <- err
-				return
-			}
-		}
-		startErr := cmd.Start()
-		if err := back(); err != nil {
-			// Leave the thread locked: the runtime then retires it instead
-			// of running other goroutines in the sandbox's group.
-			errc <- errors.Join(startErr, fmt.Errorf("move thread out of the sandbox cgroup: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- startErr
-	}()
-	return <-errc
+		return writeFile(dir, "memory.limit_in_bytes", val)
+	case err != nil:
+		return err
+	}
+	return writeFile(dir, "memory.memsw.limit_in_bytes", val)
 }
 
-// threadGroups reads a thread's cgroup path per v1 controller.
-func threadGroups(tid int) (map[string]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/cgroup", tid))
-	if err != nil {
-		return nil, err
+// Start forks cmd from an OS thread that has moved itself into the group in
+// every hierarchy, so that the child is born inside it (and CLONE_NEWCGROUP
+// roots the child's cgroup namespace at the group).
+//
+// That thread is never unlocked: when its goroutine ends the Go runtime
+// ends the thread, so it never serves other goroutines from inside the
+// sandbox's group. The runtime cannot end the main thread, so if the
+// goroutine lands there it holds it and hands the work to a goroutine on
+// another thread. Start returns once the forking thread is gone, so the
+// daemon is no longer a member of the group.
+//
+// While it forks, the thread counts in the group's pids.current and its
+// kernel allocations are charged to the group's memory.
+func (g *v1Group) Start(cmd *exec.Cmd) error {
+	res := make(chan forkResult, 1)
+	go g.forkInside(cmd, res)
+	r := <-res
+	waitThreadGone(r.tid)
+	return r.err
+}
+
+// forkResult is what forkInside reports: the forking thread and cmd.Start's error.
+type forkResult struct {
+	tid int
+	err error
+}
+
+func (g *v1Group) forkInside(cmd *exec.Cmd, res chan<- forkResult) {
+	runtime.LockOSThread()
+	tid := unix.Gettid()
+	if tid == unix.Getpid() {
+		inner := make(chan forkResult, 1)
+		go g.forkInside(cmd, inner) // cannot run on this thread: it is ours
+		r := <-inner
+		runtime.UnlockOSThread()
+		res <- r
+		return
 	}
-	out := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			out[c] = parts[2]
+	for _, d := range g.all {
+		if err := writeFile(d, "tasks", strconv.Itoa(tid)); err != nil {
+			res <- forkResult{tid, fmt.Errorf("move forking thread into cgroup: %w", err)}
+			return
 		}
 	}
-	return out, nil
+	res <- forkResult{tid, cmd.Start()}
+}
+
+// waitThreadGone waits (up to a second) until thread tid of this process
+// has exited; an exited thread has left its cgroups.
+func waitThreadGone(tid int) {
+	pid := unix.Getpid()
+	deadline := time.Now().Add(time.Second)
+	for i := 0; unix.Tgkill(pid, tid, 0) == nil && time.Now().Before(deadline); i++ {
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
 }
 
 func (g *v1Group) Procs() ([]int, error) { return readProcs(g.dirs["pids"]) }
 
-func (g *v1Group) Kill() error {
-	// Freeze-free kill: the pids controller sees every task of the group.
-	return killLoop(g.dirs["pids"])
-}
+func (g *v1Group) Kill() error { return killLoop(g.dirs["pids"]) }
 
 func (g *v1Group) Stats() (Stats, error) {
 	var s Stats
-	var err error
-	if d, ok := g.dirs["cpuacct"]; ok {
-		var v int64
-		if v, err = readInt(d, "cpuacct.usage"); err != nil {
-			return s, err
+	if dir, ok := g.dirs["cpuacct"]; ok {
+		ns, err := readInt(dir, "cpuacct.usage")
+		if err != nil {
+			return Stats{}, err
 		}
-		s.CPUUsageNs = uint64(v)
+		s.CPUUsageNs = uint64(ns)
 	}
-	if s.MemoryCurrent, err = readInt(g.dirs["memory"], "memory.usage_in_bytes"); err != nil {
-		return s, err
+	mem := g.dirs["memory"]
+	var err error
+	if s.MemoryCurrent, err = readInt(mem, "memory.usage_in_bytes"); err != nil {
+		return Stats{}, err
 	}
-	if s.MemoryPeak, err = readInt(g.dirs["memory"], "memory.max_usage_in_bytes"); err != nil {
-		return s, err
+	if s.MemoryPeak, err = readInt(mem, "memory.max_usage_in_bytes"); err != nil {
+		return Stats{}, err
 	}
 	if s.Pids, err = readInt(g.dirs["pids"], "pids.current"); err != nil {
-		return s, err
+		return Stats{}, err
 	}
-	if s.OOMKills, err = keyed(g.dirs["memory"], "memory.oom_control", "oom_kill"); err != nil {
-		return s, err
+	if s.OOMKills, err = g.OOMKills(); err != nil {
+		return Stats{}, err
 	}
 	return s, nil
 }
 
 func (g *v1Group) OOMKills() (int64, error) {
-	return keyed(g.dirs["memory"], "memory.oom_control", "oom_kill")
+	return readKeyed(g.dirs["memory"], "memory.oom_control", "oom_kill")
 }
 
 func (g *v1Group) Remove() error {
 	var errs []error
-	for _, c := range g.order {
-		errs = append(errs, rmdir(g.dirs[c]))
+	for _, d := range g.all {
+		errs = append(errs, removeTree(d))
 	}
 	return errors.Join(errs...)
 }

@@ -1,70 +1,94 @@
 package cgroup
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 )
 
+// v2Manager keeps groups in <mount>/<root> of a cgroup2 hierarchy.
 type v2Manager struct {
 	dir string // <mount>/<root>
 }
 
-// NewV2 returns a manager over the unified hierarchy mounted at mountDir.
-// berth's groups live in <mountDir>/<root>, a group of the hierarchy root
-// whose subtree_control enables cpu, memory and pids (where the mount has
-// them: a hybrid host's unified mount may have none, and then limits fail
-// with a clear error).
+// needV2 are the controllers berth's v2 groups use.
+func needV2() []string { return []string{"cpu", "memory", "pids"} }
+
+// NewV2 returns a manager over the cgroup2 hierarchy mounted at mountDir.
+// The groups live in <mountDir>/<root>, a child of the hierarchy's root
+// group: NewV2 makes it and enables cpu, memory and pids in the
+// cgroup.subtree_control of mountDir and of <root>, each one that mountDir
+// has. A hybrid host's unified mount may have none: groups, Start, Procs,
+// Kill and Remove work there, and Set fails naming the missing controller.
 func NewV2(mountDir, root string) (Manager, error) {
-	if err := validID(root); err != nil {
+	return newV2(mountDir, root)
+}
+
+func newV2(mountDir, root string) (*v2Manager, error) {
+	if err := validName(root); err != nil {
 		return nil, err
 	}
 	dir := filepath.Join(mountDir, root)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("make %s: %w", dir, err)
+		return nil, fmt.Errorf("make cgroup root: %w", err)
 	}
-	avail, _ := os.ReadFile(filepath.Join(mountDir, "cgroup.controllers"))
-	var enable []string
-	for _, c := range []string{"cpu", "memory", "pids"} {
-		if strings.Contains(" "+strings.TrimSpace(string(avail))+" ", " "+c+" ") {
-			enable = append(enable, "+"+c)
-		}
+	b, err := os.ReadFile(filepath.Join(mountDir, "cgroup.controllers"))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v2 controllers: %w", err)
 	}
-	for _, d := range []string{mountDir, dir} {
-		if len(enable) == 0 {
-			break
+	have := strings.Fields(string(b))
+	for _, c := range needV2() {
+		if !slices.Contains(have, c) {
+			continue
 		}
-		if err := writeFile(d, "cgroup.subtree_control", strings.Join(enable, " ")); err != nil {
-			return nil, err
+		for _, d := range []string{mountDir, dir} {
+			if err := writeFile(d, "cgroup.subtree_control", "+"+c); err != nil {
+				return nil, fmt.Errorf("enable cgroup v2 controller %s: %w", c, err)
+			}
 		}
 	}
 	return &v2Manager{dir: dir}, nil
 }
 
+// missing lists the needed controllers not enabled for the groups.
+func (m *v2Manager) missing() []string {
+	b, _ := os.ReadFile(filepath.Join(m.dir, "cgroup.subtree_control"))
+	on := strings.Fields(string(b))
+	var out []string
+	for _, c := range needV2() {
+		if !slices.Contains(on, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 func (m *v2Manager) Version() int { return 2 }
 
 func (m *v2Manager) Create(id string) (Group, error) {
-	if err := validID(id); err != nil {
+	if err := validName(id); err != nil {
 		return nil, err
 	}
 	g := &v2Group{dir: filepath.Join(m.dir, id)}
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create cgroup: %w", err)
+		return nil, fmt.Errorf("create cgroup %s: %w", id, err)
 	}
 	return g, nil
 }
 
 func (m *v2Manager) Load(id string) (Group, error) {
-	if err := validID(id); err != nil {
+	if err := validName(id); err != nil {
 		return nil, err
 	}
 	g := &v2Group{dir: filepath.Join(m.dir, id)}
 	if _, err := os.Stat(g.dir); err != nil {
-		return nil, fmt.Errorf("cgroup %s: %w", id, os.ErrNotExist)
+		return nil, fmt.Errorf("load cgroup %s: %w", id, err)
 	}
 	return g, nil
 }
@@ -74,35 +98,46 @@ type v2Group struct{ dir string }
 func (g *v2Group) Path() string { return g.dir }
 
 func (g *v2Group) Set(l Limits) error {
-	cpu := "max " + strconv.Itoa(cpuPeriod)
-	if l.CPUs > 0 {
-		cpu = strconv.FormatInt(int64(l.CPUs*cpuPeriod), 10) + " " + strconv.Itoa(cpuPeriod)
+	if err := validLimits(l); err != nil {
+		return err
 	}
-	mem, pids := "max", "max"
+	cpu, mem, pids := "max", "max", "max"
+	if q := cpuQuota(l.CPUs); q > 0 {
+		cpu = strconv.FormatInt(q, 10)
+	}
 	if l.MemoryBytes > 0 {
 		mem = strconv.FormatInt(l.MemoryBytes, 10)
 	}
 	if l.Pids > 0 {
 		pids = strconv.FormatInt(l.Pids, 10)
 	}
-	for _, kv := range [][2]string{{"cpu.max", cpu}, {"memory.max", mem}, {"memory.swap.max", "0"}, {"pids.max", pids}} {
-		if kv[0] == "memory.swap.max" {
-			if _, err := os.Stat(filepath.Join(g.dir, kv[0])); err != nil {
-				continue // no swap accounting on this kernel
-			}
+	for _, w := range []struct{ controller, file, val string }{
+		{"cpu", "cpu.max", cpu + " " + strconv.Itoa(cpuPeriod)},
+		{"memory", "memory.max", mem},
+		{"memory", "memory.swap.max", "0"},
+		{"pids", "pids.max", pids},
+	} {
+		if w.file == "memory.swap.max" && !exists(filepath.Join(g.dir, w.file)) {
+			continue // a kernel without swap accounting
 		}
-		if err := writeFile(g.dir, kv[0], kv[1]); err != nil {
+		if err := writeFile(g.dir, w.file, w.val); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("cgroup v2 controller %s is not enabled for %s: %w", w.controller, g.dir, err)
+			}
 			return err
 		}
 	}
 	return nil
 }
 
-// Start uses clone3's CLONE_INTO_CGROUP, so the child is born in the group.
+// Start starts cmd with clone3's CLONE_INTO_CGROUP (it sets cmd.SysProcAttr's
+// UseCgroupFD and CgroupFD), so the child is born in the group; with
+// CLONE_NEWCGROUP in cmd's Cloneflags the kernel roots the child's cgroup
+// namespace at the group it was born in.
 func (g *v2Group) Start(cmd *exec.Cmd) error {
 	f, err := os.Open(g.dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("open cgroup: %w", err)
 	}
 	defer f.Close()
 	if cmd.SysProcAttr == nil {
@@ -115,29 +150,48 @@ func (g *v2Group) Start(cmd *exec.Cmd) error {
 
 func (g *v2Group) Procs() ([]int, error) { return readProcs(g.dir) }
 
+// Kill writes cgroup.kill (Linux 5.14+) and then kills and waits for what
+// is left, process by process.
 func (g *v2Group) Kill() error {
-	if _, err := os.Stat(filepath.Join(g.dir, "cgroup.kill")); err == nil {
-		if err := writeFile(g.dir, "cgroup.kill", "1"); err != nil {
-			return err
-		}
+	err := writeFile(g.dir, "cgroup.kill", "1")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	return killLoop(g.dir)
 }
 
 func (g *v2Group) Stats() (Stats, error) {
 	var s Stats
-	usec, err := keyed(g.dir, "cpu.stat", "usage_usec")
+	usec, err := readKeyed(g.dir, "cpu.stat", "usage_usec")
 	if err != nil {
-		return s, err
+		return Stats{}, err
 	}
 	s.CPUUsageNs = uint64(usec) * 1000
-	s.MemoryCurrent, _ = readInt(g.dir, "memory.current")
-	s.MemoryPeak, _ = readInt(g.dir, "memory.peak")
-	s.Pids, _ = readInt(g.dir, "pids.current")
-	s.OOMKills, _ = keyed(g.dir, "memory.events", "oom_kill")
+	if s.MemoryCurrent, err = optional(readInt(g.dir, "memory.current")); err != nil {
+		return Stats{}, err
+	}
+	if s.MemoryPeak, err = optional(readInt(g.dir, "memory.peak")); err != nil { // Linux 5.19+
+		return Stats{}, err
+	}
+	if s.Pids, err = optional(readInt(g.dir, "pids.current")); err != nil {
+		return Stats{}, err
+	}
+	if s.OOMKills, err = optional(g.OOMKills()); err != nil {
+		return Stats{}, err
+	}
 	return s, nil
 }
 
-func (g *v2Group) OOMKills() (int64, error) { return keyed(g.dir, "memory.events", "oom_kill") }
+func (g *v2Group) OOMKills() (int64, error) {
+	return readKeyed(g.dir, "memory.events", "oom_kill")
+}
 
-func (g *v2Group) Remove() error { return rmdir(g.dir) }
+func (g *v2Group) Remove() error { return removeTree(g.dir) }
+
+// optional reads a file that a controller not enabled leaves out as 0.
+func optional(n int64, err error) (int64, error) {
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	return n, err
+}
