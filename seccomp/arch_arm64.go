@@ -2,27 +2,62 @@ package seccomp
 
 import "golang.org/x/sys/unix"
 
+// auditArch is the seccomp_data.arch value of this build's native ABI.
 const auditArch = unix.AUDIT_ARCH_AARCH64
 
-func archPrologue() []unix.SockFilter { return nil }
+// abiPrologue is empty: arm64 has one native ABI, and its 32-bit compat
+// ABI has a different audit arch, which the arch check already kills.
+func abiPrologue() []unix.SockFilter { return nil }
 
-// arm64 never had these.
-var knownMissing = map[string]struct{}{"iopl": {}, "ioperm": {}, "nfsservctl": {}}
-
-var syscallNumbers = map[string]int{
-	"mount": unix.SYS_MOUNT, "umount2": unix.SYS_UMOUNT2, "pivot_root": unix.SYS_PIVOT_ROOT,
-	"move_mount": unix.SYS_MOVE_MOUNT, "open_tree": unix.SYS_OPEN_TREE, "fsopen": unix.SYS_FSOPEN,
-	"fsconfig": unix.SYS_FSCONFIG, "fsmount": unix.SYS_FSMOUNT, "fspick": unix.SYS_FSPICK,
-	"mount_setattr": unix.SYS_MOUNT_SETATTR, "kexec_load": unix.SYS_KEXEC_LOAD, "kexec_file_load": unix.SYS_KEXEC_FILE_LOAD,
-	"init_module": unix.SYS_INIT_MODULE, "finit_module": unix.SYS_FINIT_MODULE, "delete_module": unix.SYS_DELETE_MODULE,
-	"bpf": unix.SYS_BPF, "perf_event_open": unix.SYS_PERF_EVENT_OPEN, "syslog": unix.SYS_SYSLOG,
-	"lookup_dcookie": unix.SYS_LOOKUP_DCOOKIE, "keyctl": unix.SYS_KEYCTL, "add_key": unix.SYS_ADD_KEY,
-	"request_key": unix.SYS_REQUEST_KEY, "userfaultfd": unix.SYS_USERFAULTFD, "ptrace": unix.SYS_PTRACE,
-	"process_vm_readv": unix.SYS_PROCESS_VM_READV, "process_vm_writev": unix.SYS_PROCESS_VM_WRITEV,
-	"pidfd_getfd": unix.SYS_PIDFD_GETFD, "open_by_handle_at": unix.SYS_OPEN_BY_HANDLE_AT,
-	"name_to_handle_at": unix.SYS_NAME_TO_HANDLE_AT, "swapon": unix.SYS_SWAPON, "swapoff": unix.SYS_SWAPOFF,
-	"reboot": unix.SYS_REBOOT, "acct": unix.SYS_ACCT, "settimeofday": unix.SYS_SETTIMEOFDAY,
-	"clock_settime": unix.SYS_CLOCK_SETTIME, "clock_adjtime": unix.SYS_CLOCK_ADJTIME, "adjtimex": unix.SYS_ADJTIMEX,
-	"quotactl": unix.SYS_QUOTACTL, "setns": unix.SYS_SETNS, "clone3": unix.SYS_CLONE3, "unshare": unix.SYS_UNSHARE,
-	"clone": unix.SYS_CLONE,
+// syscallTable maps every syscall a profile may name to its arm64 number;
+// absent marks one arm64 never had.
+func syscallTable() map[string]int {
+	return map[string]int{
+		"acct":              unix.SYS_ACCT,
+		"add_key":           unix.SYS_ADD_KEY,
+		"adjtimex":          unix.SYS_ADJTIMEX,
+		"bpf":               unix.SYS_BPF,
+		"clock_adjtime":     unix.SYS_CLOCK_ADJTIME,
+		"clock_settime":     unix.SYS_CLOCK_SETTIME,
+		"clone":             unix.SYS_CLONE,
+		"clone3":            unix.SYS_CLONE3,
+		"delete_module":     unix.SYS_DELETE_MODULE,
+		"finit_module":      unix.SYS_FINIT_MODULE,
+		"fsconfig":          unix.SYS_FSCONFIG,
+		"fsmount":           unix.SYS_FSMOUNT,
+		"fsopen":            unix.SYS_FSOPEN,
+		"fspick":            unix.SYS_FSPICK,
+		"init_module":       unix.SYS_INIT_MODULE,
+		"ioperm":            absent,
+		"iopl":              absent,
+		"kexec_file_load":   unix.SYS_KEXEC_FILE_LOAD,
+		"kexec_load":        unix.SYS_KEXEC_LOAD,
+		"keyctl":            unix.SYS_KEYCTL,
+		"lookup_dcookie":    unix.SYS_LOOKUP_DCOOKIE,
+		"mount":             unix.SYS_MOUNT,
+		"mount_setattr":     unix.SYS_MOUNT_SETATTR,
+		"move_mount":        unix.SYS_MOVE_MOUNT,
+		"name_to_handle_at": unix.SYS_NAME_TO_HANDLE_AT,
+		"nfsservctl":        unix.SYS_NFSSERVCTL,
+		"open_by_handle_at": unix.SYS_OPEN_BY_HANDLE_AT,
+		"open_tree":         unix.SYS_OPEN_TREE,
+		"perf_event_open":   unix.SYS_PERF_EVENT_OPEN,
+		"personality":       unix.SYS_PERSONALITY,
+		"pidfd_getfd":       unix.SYS_PIDFD_GETFD,
+		"pivot_root":        unix.SYS_PIVOT_ROOT,
+		"process_vm_readv":  unix.SYS_PROCESS_VM_READV,
+		"process_vm_writev": unix.SYS_PROCESS_VM_WRITEV,
+		"ptrace":            unix.SYS_PTRACE,
+		"quotactl":          unix.SYS_QUOTACTL,
+		"reboot":            unix.SYS_REBOOT,
+		"request_key":       unix.SYS_REQUEST_KEY,
+		"setns":             unix.SYS_SETNS,
+		"settimeofday":      unix.SYS_SETTIMEOFDAY,
+		"swapoff":           unix.SYS_SWAPOFF,
+		"swapon":            unix.SYS_SWAPON,
+		"syslog":            unix.SYS_SYSLOG,
+		"umount2":           unix.SYS_UMOUNT2,
+		"unshare":           unix.SYS_UNSHARE,
+		"userfaultfd":       unix.SYS_USERFAULTFD,
+	}
 }

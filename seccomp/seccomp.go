@@ -1,135 +1,348 @@
-// Package seccomp builds and installs berth's seccomp filter: a documented
-// deny-list that makes syscalls reaching the host kernel's shared state fail
-// with an errno, while every ordinary program keeps working.
+// Package seccomp builds and installs berth's seccomp filter, a documented deny-list that makes syscalls reaching shared kernel state fail with an errno while ordinary programs keep working.
 package seccomp
 
 import (
 	"fmt"
+	"runtime"
+	"strings"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// Rule refuses one syscall. When ArgFlags is non-zero the syscall is refused
-// only if the low 32 bits of argument ArgIndex share a bit with ArgFlags.
+// Rule makes one syscall fail with an errno instead of running.
 type Rule struct {
-	Syscall  string
-	Errno    syscall.Errno
-	ArgIndex int
-	ArgFlags uint32
-	Reason   string
+	// Syscall is the kernel's name for the call, as in unistd.h ("mount").
+	Syscall string
+	// Errno is what the caller gets back; the kernel's handler never runs.
+	Errno syscall.Errno
+	// Arg narrows the rule to some values of one argument. Its zero value
+	// refuses every call.
+	Arg ArgMatch
+	// Reason says in one sentence why the call is refused.
+	Reason string
 }
 
-// Profile is an ordered list of rules; anything not refused is allowed.
+// ArgMatch narrows a Rule to calls whose argument Index matches AnyOf or
+// Except (exactly one of them is set).
+//
+// seccomp hands a filter every argument as a 64-bit word, but classic BPF
+// compares 32 bits at a time, so ArgMatch looks at the low 32 bits only.
+// That is exact for the arguments berth filters: clone's and unshare's flags
+// are all in the low word (the kernel truncates clone's flags to 32 bits and
+// unshare rejects unknown high bits with EINVAL), and personality's argument
+// is an unsigned int the kernel truncates the same way.
+type ArgMatch struct {
+	// Index is the argument's position, 0 to 5.
+	Index int
+	// Name is the argument's name in the man page, for documentation.
+	Name string
+	// AnyOf refuses the call when the argument has any of these bits set.
+	AnyOf uint32
+	// Except refuses the call unless the argument equals one of these values.
+	Except []uint32
+}
+
+// IsZero reports whether m matches every call.
+func (m ArgMatch) IsZero() bool { return m.AnyOf == 0 && len(m.Except) == 0 }
+
+// Condition describes, for documentation, which calls the rule refuses: ""
+// when it refuses every call.
+func (r Rule) Condition() string {
+	m := r.Arg
+	switch {
+	case m.AnyOf != 0:
+		return fmt.Sprintf("when %s (argument %d) has any bit of %#x set", m.Name, m.Index, m.AnyOf)
+	case len(m.Except) > 0:
+		vals := make([]string, len(m.Except))
+		for i, v := range m.Except {
+			vals[i] = fmt.Sprintf("%#x", v)
+		}
+		return fmt.Sprintf("unless %s (argument %d) is one of %s", m.Name, m.Index, strings.Join(vals, ", "))
+	}
+	return ""
+}
+
+// Profile is a deny-list filter: the syscalls its rules name fail with the
+// rule's errno, everything else is allowed.
 type Profile struct{ rules []Rule }
 
-// Rules returns the profile's rules, for documentation.
-func (p Profile) Rules() []Rule { return append([]Rule(nil), p.rules...) }
-
-func deny(reason string, errno syscall.Errno, names ...string) []Rule {
-	out := make([]Rule, len(names))
-	for i, n := range names {
-		out[i] = Rule{Syscall: n, Errno: errno, Reason: reason}
+// Rules returns a copy of the profile's rules in filter order, for
+// documentation.
+func (p Profile) Rules() []Rule {
+	out := make([]Rule, len(p.rules))
+	for i, r := range p.rules {
+		r.Arg.Except = append([]uint32(nil), r.Arg.Except...)
+		out[i] = r
 	}
 	return out
 }
 
-// Default is berth's profile for the native runtime.
+// Personality values a sandbox may set (see personality(2)); everything
+// else, ADDR_NO_RANDOMIZE and READ_IMPLIES_EXEC above all, is refused.
+const (
+	perLinux        = 0x0000     // PER_LINUX, the default
+	perLinux32      = 0x0008     // PER_LINUX32: uname reports a 32-bit machine
+	perUname26      = 0x0020000  // UNAME26: uname reports a 2.6 kernel version
+	perLinux32Uname = 0x0020008  // PER_LINUX32 | UNAME26
+	perQuery        = 0xffffffff // reads the current persona, changes nothing
+)
+
+// Default is berth's profile for the sandbox init and everything it spawns.
+// Its choices follow Docker's default profile for a container without
+// CAP_SYS_ADMIN. Most of these calls would fail anyway once capabilities
+// are dropped; refusing them here as well means a kernel bug in one
+// capability check is not enough to reach them.
 func Default() Profile {
-	var r []Rule
-	r = append(r, deny("mounting is the host kernel's business; the sandbox's mounts are made before the filter", unix.EPERM,
-		"mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr")...)
-	r = append(r, deny("loading code into the kernel", unix.EPERM,
-		"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "bpf")...)
-	r = append(r, deny("kernel observability leaks other tenants' activity", unix.EPERM, "perf_event_open", "syslog", "lookup_dcookie")...)
-	r = append(r, deny("the kernel keyring is not namespaced", unix.EPERM, "keyctl", "add_key", "request_key")...)
-	r = append(r, deny("userfaultfd widens kernel race windows used by exploits", unix.EPERM, "userfaultfd")...)
-	r = append(r, deny("reading or steering other processes' memory (the guest's above all)", unix.EPERM,
-		"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd")...)
-	r = append(r, deny("file handles bypass path-based confinement", unix.EPERM, "open_by_handle_at", "name_to_handle_at")...)
-	r = append(r, deny("host-wide settings: swap, reboot, accounting, clocks, quotas", unix.EPERM,
-		"swapon", "swapoff", "reboot", "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "quotactl", "nfsservctl")...)
-	r = append(r, deny("joining other namespaces", unix.EPERM, "setns")...)
-	r = append(r, deny("raw I/O port access", unix.EPERM, "iopl", "ioperm")...)
-	r = append(r, Rule{Syscall: "clone3", Errno: unix.ENOSYS,
-		Reason: "clone3 passes its flags in memory a filter cannot read; ENOSYS makes libc fall back to clone, whose flags are checked"})
-	r = append(r, Rule{Syscall: "unshare", Errno: unix.EPERM, ArgIndex: 0, ArgFlags: unix.CLONE_NEWUSER,
-		Reason: "a new user namespace re-grants every capability and exposes much more kernel surface"})
-	r = append(r, Rule{Syscall: "clone", Errno: unix.EPERM, ArgIndex: 0, ArgFlags: unix.CLONE_NEWUSER,
-		Reason: "a new user namespace re-grants every capability and exposes much more kernel surface"})
-	return Profile{rules: r}
+	var rules []Rule
+	deny := func(errno syscall.Errno, reason string, names ...string) {
+		for _, n := range names {
+			rules = append(rules, Rule{Syscall: n, Errno: errno, Reason: reason})
+		}
+	}
+
+	// Mounting: the guest builds the sandbox's filesystem before the filter
+	// goes on; afterwards nothing may rearrange it, and the filesystem
+	// parsers behind these calls are a large kernel attack surface.
+	deny(unix.EPERM, "mounting would rearrange the filesystem the guest built and reach filesystem code in the kernel",
+		"mount", "umount2", "pivot_root", "move_mount", "open_tree",
+		"fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr")
+
+	// Code in the kernel: new kernels, modules and eBPF programs.
+	deny(unix.EPERM, "loads code into the running kernel or replaces it",
+		"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module")
+	deny(unix.EPERM, "eBPF programs and maps run in the kernel, and its verifier is a frequent source of exploits",
+		"bpf")
+
+	// Observing the kernel and other tenants.
+	deny(unix.EPERM, "performance counters observe the whole machine and have a long record of kernel bugs",
+		"perf_event_open")
+	deny(unix.EPERM, "reads the kernel log, which leaks addresses and other tenants' activity",
+		"syslog")
+	deny(unix.EPERM, "resolves kernel profiling cookies to paths outside the sandbox",
+		"lookup_dcookie")
+
+	// The key retention service is not namespaced.
+	deny(unix.EPERM, "the kernel keyring is shared with the host and not namespaced",
+		"keyctl", "add_key", "request_key")
+
+	// userfaultfd lets a process stall a kernel copy at a page of its choice.
+	deny(unix.EPERM, "lets a process pause the kernel mid-copy, widening race windows that exploits rely on",
+		"userfaultfd")
+
+	// Other processes' memory and descriptors, the guest's above all.
+	deny(unix.EPERM, "reads or steers another process's memory or descriptors, the sandbox init's included",
+		"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd")
+
+	// File handles name inodes without a path.
+	deny(unix.EPERM, "file handles open inodes by number, bypassing path-based confinement",
+		"open_by_handle_at", "name_to_handle_at")
+
+	// Machine-wide settings.
+	deny(unix.EPERM, "changes machine-wide state: swap, reboot, process accounting, quotas or the NFS server",
+		"swapon", "swapoff", "reboot", "acct", "quotactl", "nfsservctl")
+	deny(unix.EPERM, "the system clock is shared with the host",
+		"settimeofday", "clock_settime", "clock_adjtime", "adjtimex")
+
+	// Namespaces.
+	deny(unix.EPERM, "joins another namespace through a descriptor to it",
+		"setns")
+
+	// x86 port I/O (arm64 has no such calls; Assemble skips them there).
+	deny(unix.EPERM, "gives direct access to hardware I/O ports",
+		"iopl", "ioperm")
+
+	// Execution domains.
+	rules = append(rules, Rule{
+		Syscall: "personality",
+		Errno:   unix.EPERM,
+		Arg: ArgMatch{Index: 0, Name: "persona",
+			Except: []uint32{perLinux, perLinux32, perUname26, perLinux32Uname, perQuery}},
+		Reason: "other personas turn off address-space randomisation or make readable memory executable; " +
+			"PER_LINUX, PER_LINUX32, UNAME26 and the query stay allowed",
+	})
+
+	// New user namespaces. clone3 carries its flags in memory a filter cannot
+	// read, so it fails with ENOSYS, as on a kernel older than 5.3: glibc,
+	// musl and Go then fall back to clone, whose flags the next rule checks.
+	// EPERM would not do: callers treat it as a real refusal and give up.
+	rules = append(rules, Rule{
+		Syscall: "clone3",
+		Errno:   unix.ENOSYS,
+		Reason:  "its flags live in memory a filter cannot read; ENOSYS makes libc fall back to clone, whose flags are checked",
+	})
+	for _, name := range []string{"clone", "unshare"} {
+		// Both take their flags as argument 0 on amd64 and arm64 (s390x,
+		// which swaps clone's first two arguments, is not supported).
+		rules = append(rules, Rule{
+			Syscall: name,
+			Errno:   unix.EPERM,
+			Arg:     ArgMatch{Index: 0, Name: "flags", AnyOf: unix.CLONE_NEWUSER},
+			Reason: "CLONE_NEWUSER makes a user namespace in which the caller regains every capability, " +
+				"exposing kernel code that is otherwise out of reach",
+		})
+	}
+	return Profile{rules: rules}
 }
 
-// Classic BPF opcodes and seccomp return values.
+// Classic BPF opcodes, and the layout of struct seccomp_data:
+//
+//	struct seccomp_data { int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6]; };
 const (
-	ldW  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-	jeqK = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-	jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
-	retK = unix.BPF_RET | unix.BPF_K
-
-	retAllow       = unix.SECCOMP_RET_ALLOW
-	retKillProcess = unix.SECCOMP_RET_KILL_PROCESS
-	retErrno       = unix.SECCOMP_RET_ERRNO
+	opLoadWord = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+	opJumpEq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+	opJumpSet  = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+	opReturn   = unix.BPF_RET | unix.BPF_K
 
 	offNr   = 0
 	offArch = 4
-	offArgs = 16 // args[i] at 16+8*i; the low 32 bits first (little-endian)
+	// offArgs is args[0]; args[i] is 8*i further on. amd64 and arm64 are
+	// little-endian, so a word's low 32 bits come first.
+	offArgs = 16
 )
 
+// absent marks, in an architecture's syscall table, a syscall that
+// architecture never had.
+const absent = -1
+
 func stmt(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
+
 func jump(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
-	return unix.SockFilter{Code: code, K: k, Jt: jt, Jf: jf}
+	return unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k}
 }
 
-// Assemble compiles the profile for this build's architecture. Syscalls the
-// architecture does not have are skipped.
+func retErrno(e syscall.Errno) unix.SockFilter {
+	return stmt(opReturn, unix.SECCOMP_RET_ERRNO|uint32(e)&unix.SECCOMP_RET_DATA)
+}
+
+// Assemble compiles the profile to classic BPF for the architecture this
+// binary was built for (amd64 or arm64). The program:
+//
+//   - kills the process when seccomp_data.arch is not this architecture's
+//     audit arch (an i386 or arm32 entry point would reach the kernel by
+//     other numbers and bypass every rule);
+//   - on amd64, fails x32-ABI calls (numbers with bit 30 set) with ENOSYS,
+//     for the same reason: they reach the same handlers by other numbers.
+//     ENOSYS is what a kernel without x32 support answers (most
+//     distributions' kernels), so a program probing for x32 falls back
+//     instead of dying, as KILL would make it;
+//   - compares the number against each rule's syscall, then the low 32 bits
+//     of the rule's argument, and returns SECCOMP_RET_ERRNO with its errno;
+//   - allows everything else.
+//
+// Syscalls the architecture never had (iopl and ioperm on arm64) are
+// skipped; a name the architecture's table does not know is an error.
+// Only the rules with an argument match read more than the syscall number,
+// so the kernel (5.11 and later) caches "allow" for every other syscall and
+// does not run the filter for them at all.
 func (p Profile) Assemble() ([]unix.SockFilter, error) {
-	prog := []unix.SockFilter{
-		stmt(ldW, offArch),
-		jump(jeqK, auditArch, 1, 0),
-		stmt(retK, retKillProcess), // a foreign ABI could reach syscalls by other numbers
-		stmt(ldW, offNr),
+	table := syscallTable()
+	if table == nil {
+		return nil, fmt.Errorf("seccomp: architecture %s is not supported", runtime.GOARCH)
 	}
-	prog = append(prog, archPrologue()...)
-	var argRules []Rule
+	prog := []unix.SockFilter{
+		stmt(opLoadWord, offArch),
+		jump(opJumpEq, auditArch, 1, 0),
+		stmt(opReturn, unix.SECCOMP_RET_KILL_PROCESS),
+		stmt(opLoadWord, offNr),
+	}
+	prog = append(prog, abiPrologue()...)
+
+	seen := map[string]bool{}
 	for _, r := range p.rules {
-		nr, ok := syscallNumbers[r.Syscall]
-		if !ok {
-			if _, known := knownMissing[r.Syscall]; known {
-				continue
-			}
-			return nil, fmt.Errorf("seccomp: unknown syscall %q on this architecture", r.Syscall)
+		nr, known := table[r.Syscall]
+		if !known {
+			return nil, fmt.Errorf("seccomp: rule for %q: no such syscall in the %s table", r.Syscall, runtime.GOARCH)
 		}
-		if r.ArgFlags != 0 {
-			argRules = append(argRules, r)
+		if seen[r.Syscall] {
+			return nil, fmt.Errorf("seccomp: more than one rule for %q", r.Syscall)
+		}
+		seen[r.Syscall] = true
+		if r.Errno == 0 || uint32(r.Errno) > unix.SECCOMP_RET_DATA {
+			return nil, fmt.Errorf("seccomp: rule for %q: errno %d out of range", r.Syscall, r.Errno)
+		}
+		if nr == absent {
 			continue
 		}
-		prog = append(prog, jump(jeqK, uint32(nr), 0, 1), stmt(retK, retErrno|uint32(r.Errno)))
+		block, err := ruleBlock(uint32(nr), r)
+		if err != nil {
+			return nil, fmt.Errorf("seccomp: rule for %q: %w", r.Syscall, err)
+		}
+		prog = append(prog, block...)
 	}
-	for _, r := range argRules {
-		nr := syscallNumbers[r.Syscall]
-		prog = append(prog,
-			jump(jeqK, uint32(nr), 0, 4),
-			stmt(ldW, uint32(offArgs+8*r.ArgIndex)),
-			jump(jset, r.ArgFlags, 0, 1),
-			stmt(retK, retErrno|uint32(r.Errno)),
-			stmt(ldW, offNr),
-		)
+	prog = append(prog, stmt(opReturn, unix.SECCOMP_RET_ALLOW))
+	if len(prog) > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("seccomp: program has %d instructions, the kernel takes at most %d", len(prog), unix.BPF_MAXINSNS)
 	}
-	prog = append(prog, stmt(retK, retAllow))
 	return prog, nil
 }
 
-// Install sets no_new_privs and installs prog on every thread of the process.
-func Install(prog []unix.SockFilter) error {
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
-		return fmt.Errorf("set no_new_privs: %w", e)
+// ruleBlock compiles one rule. It starts and ends with the syscall number in
+// the accumulator, so blocks chain.
+func ruleBlock(nr uint32, r Rule) ([]unix.SockFilter, error) {
+	m := r.Arg
+	if m.IsZero() {
+		return []unix.SockFilter{
+			jump(opJumpEq, nr, 0, 1),
+			retErrno(r.Errno),
+		}, nil
 	}
-	fprog := &unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	_, _, e := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(fprog)))
+	if m.Index < 0 || m.Index > 5 {
+		return nil, fmt.Errorf("argument index %d out of range", m.Index)
+	}
+	if m.AnyOf != 0 && len(m.Except) > 0 {
+		return nil, fmt.Errorf("argument match sets both AnyOf and Except")
+	}
+	loadArg := stmt(opLoadWord, uint32(offArgs+8*m.Index))
+	reloadNr := stmt(opLoadWord, offNr)
+	if m.AnyOf != 0 {
+		// nr? -> load arg -> any bit? -> refuse; else reload nr.
+		return []unix.SockFilter{
+			jump(opJumpEq, nr, 0, 4),
+			loadArg,
+			jump(opJumpSet, m.AnyOf, 0, 1),
+			retErrno(r.Errno),
+			reloadNr,
+		}, nil
+	}
+	n := len(m.Except)
+	if n > 250 {
+		return nil, fmt.Errorf("%d allowed values, at most 250 fit in a jump", n)
+	}
+	// nr? -> load arg -> equal to an allowed value? -> reload nr; else refuse.
+	block := []unix.SockFilter{jump(opJumpEq, nr, 0, uint8(n+3)), loadArg}
+	for i, v := range m.Except {
+		block = append(block, jump(opJumpEq, v, uint8(n-i), 0))
+	}
+	return append(block, retErrno(r.Errno), reloadNr), nil
+}
+
+// Install sets no_new_privs on every thread of the process, then installs
+// prog on every thread (SECCOMP_FILTER_FLAG_TSYNC); threads and processes
+// created afterwards inherit both. It needs a binary built with
+// CGO_ENABLED=0: syscall.AllThreadsSyscall refuses to run alongside cgo.
+//
+// Once installed the filter cannot be removed. Go's syscall.ForkExec uses
+// clone3 only for SysProcAttr.UseCgroupFD and CLONE_NEWTIME, which then
+// fail with ENOSYS; every other spawn uses clone and works.
+func Install(prog []unix.SockFilter) error {
+	if len(prog) == 0 || len(prog) > unix.BPF_MAXINSNS {
+		return fmt.Errorf("seccomp: program has %d instructions, want 1 to %d", len(prog), unix.BPF_MAXINSNS)
+	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return fmt.Errorf("seccomp: set no_new_privs on all threads: %w", e)
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	tid, _, e := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC,
+		uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(prog)
 	if e != 0 {
-		return fmt.Errorf("seccomp(SET_MODE_FILTER, TSYNC): %w", e)
+		return fmt.Errorf("seccomp: install filter: %w", e)
+	}
+	if tid != 0 {
+		// TSYNC answers with the id of a thread it could not move onto the filter.
+		return fmt.Errorf("seccomp: install filter: thread %d could not be synchronised", tid)
 	}
 	return nil
 }
