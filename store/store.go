@@ -1,5 +1,5 @@
-// Package store keeps the daemon's state in one SQLite file: sandboxes,
-// their labels, and each runtime's private state, safe for concurrent use.
+// Package store keeps the daemon's state (sandboxes, their labels and each
+// runtime's private state) in one SQLite file, safe for concurrent use.
 package store
 
 import (
@@ -8,327 +8,571 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // the pure-Go SQLite driver
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/labels"
 )
 
-// migrations are applied in order; PRAGMA user_version counts those done.
-var migrations = []string{
-	`CREATE TABLE sandboxes (
-		id TEXT PRIMARY KEY,
-		tenant TEXT NOT NULL DEFAULT '',
-		state TEXT NOT NULL,
-		image TEXT NOT NULL,
-		runtime TEXT NOT NULL,
-		spec BLOB NOT NULL,
-		runtime_state BLOB,
-		error TEXT NOT NULL DEFAULT '',
-		created_at INTEGER NOT NULL,
-		updated_at INTEGER NOT NULL
-	);
-	CREATE INDEX sandboxes_tenant ON sandboxes(tenant, created_at);
-	CREATE TABLE sandbox_labels (
-		sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
-		key TEXT NOT NULL,
-		value TEXT NOT NULL,
-		PRIMARY KEY (sandbox_id, key)
-	);
-	CREATE INDEX sandbox_labels_kv ON sandbox_labels(key, value);`,
-	`ALTER TABLE sandboxes ADD COLUMN stopped_at INTEGER NOT NULL DEFAULT 0;`,
+// migrations returns the schema changes in order; PRAGMA user_version
+// counts those applied. Append only: a released migration never changes.
+func migrations() []string {
+	return []string{
+		`CREATE TABLE sandboxes (
+			id TEXT PRIMARY KEY,
+			tenant TEXT NOT NULL DEFAULT '',
+			state TEXT NOT NULL,
+			image TEXT NOT NULL,
+			runtime TEXT NOT NULL,
+			spec BLOB NOT NULL,
+			runtime_state BLOB,
+			error TEXT NOT NULL DEFAULT '',
+			created_at INTEGER NOT NULL,
+			updated_at INTEGER NOT NULL
+		);
+		CREATE INDEX sandboxes_tenant ON sandboxes(tenant, created_at);
+		CREATE TABLE sandbox_labels (
+			sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+			key TEXT NOT NULL,
+			value TEXT NOT NULL,
+			PRIMARY KEY (sandbox_id, key)
+		);
+		CREATE INDEX sandbox_labels_kv ON sandbox_labels(key, value);`,
+		`ALTER TABLE sandboxes ADD COLUMN stopped_at INTEGER NOT NULL DEFAULT 0;`,
+	}
 }
 
-// Store is the daemon's state.
-type Store struct{ db *sql.DB }
+// sqlSelectorMax is the most requirements a selector may have to be applied
+// in SQL; a longer one (too deep an expression for SQLite) is applied in Go.
+const sqlSelectorMax = 32
+
+// Store is the daemon's state. Writes go through one connection, so they
+// queue in Go instead of contending for SQLite's lock; reads use a pool of
+// read-only connections and, thanks to WAL, never wait for writes.
+type Store struct {
+	w *sql.DB // one connection: every write
+	r *sql.DB // read-only connections: every read
+}
 
 // Sandbox is a stored sandbox.
 type Sandbox struct {
 	ID, Tenant, State, Image, Runtime string
 	// Spec is the normalized create request, opaque to the store.
-	Spec   json.RawMessage
+	Spec json.RawMessage
+	// Labels is nil when the sandbox has none.
 	Labels map[string]string
-	// RuntimeState is the runtime's private state, opaque to the store.
+	// RuntimeState is the runtime's private state, opaque to the store; nil
+	// when unset.
 	RuntimeState json.RawMessage
 	Error        string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// Times are stored in UTC with nanosecond precision and returned in UTC.
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// StoppedAt is when the sandbox last stopped; zero unless it is stopped.
 	StoppedAt time.Time
 }
 
-// Open opens (creating if needed) the store at path and migrates it.
+// Open opens the store at path, creating the file (mode 0600) if needed, in
+// WAL mode with a 5 s busy timeout, foreign keys on and synchronous=NORMAL,
+// and applies the migrations it lacks.
 func Open(ctx context.Context, path string) (*Store, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if path == "" {
+		return nil, errdefs.New(errdefs.InvalidArgument, "store: empty path")
+	}
+	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return nil, fmt.Errorf("store %s: %w", path, err)
 	}
-	f.Close()
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Store{db: db}
-	if err := s.migrate(ctx); err != nil {
-		db.Close()
-		return nil, err
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	return s, nil
+
+	w, err := sql.Open("sqlite", dsn(abs, url.Values{
+		"_pragma": {"busy_timeout(5000)", "journal_mode(WAL)", "foreign_keys(1)", "synchronous(NORMAL)"},
+		"_txlock": {"immediate"},
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", abs, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	if err := setUp(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store %s: %w", abs, err)
+	}
+
+	r, err := sql.Open("sqlite", dsn(abs, url.Values{
+		"_pragma": {"busy_timeout(5000)", "foreign_keys(1)", "query_only(1)"},
+	}))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store %s: %w", abs, err)
+	}
+	r.SetMaxOpenConns(8)
+	r.SetMaxIdleConns(8)
+	if err := r.PingContext(ctx); err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("store %s: %w", abs, err)
+	}
+	return &Store{w: w, r: r}, nil
 }
 
-func (s *Store) migrate(ctx context.Context) error {
-	var version int
-	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+// dsn is the driver's name for the file at abs with query parameters q. The
+// path is escaped, so "?", "#" and "%" in it are taken literally.
+func dsn(abs string, q url.Values) string {
+	u := url.URL{Scheme: "file", Path: abs, RawQuery: q.Encode()}
+	return u.String()
+}
+
+// setUp checks that the connection's settings took (WAL, foreign keys) and
+// migrates the file.
+func setUp(ctx context.Context, db *sql.DB) error {
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("read journal mode: %w", err)
 	}
-	if version > len(migrations) {
-		return fmt.Errorf("store schema version %d is newer than this berth (%d)", version, len(migrations))
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal mode is %q, not WAL (does the file system support it?)", mode)
 	}
-	for i := version; i < len(migrations); i++ {
-		err := s.tx(ctx, func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
-				return err
+	var fk int
+	if err := db.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
+		return fmt.Errorf("read foreign_keys: %w", err)
+	}
+	if fk != 1 {
+		return errors.New("foreign keys are off")
+	}
+	return migrate(ctx, db)
+}
+
+// migrate applies the migrations the file lacks, each in its own
+// transaction that reads user_version again, so two processes opening the
+// file at once do not apply one twice.
+func migrate(ctx context.Context, db *sql.DB) error {
+	all := migrations()
+	for {
+		done := false
+		err := inTx(ctx, db, func(tx *sql.Tx) error {
+			var version int
+			if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+				return fmt.Errorf("read schema version: %w", err)
 			}
-			_, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", i+1))
-			return err
+			switch {
+			case version > len(all):
+				return fmt.Errorf("schema version %d is newer than this berth knows (%d)", version, len(all))
+			case version == len(all):
+				done = true
+				return nil
+			}
+			if _, err := tx.ExecContext(ctx, all[version]); err != nil {
+				return fmt.Errorf("migration %d: %w", version+1, err)
+			}
+			// PRAGMA takes no parameters; version is an int, so this is safe.
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version+1)); err != nil {
+				return fmt.Errorf("migration %d: set version: %w", version+1, err)
+			}
+			return nil
 		})
-		if err != nil {
-			return fmt.Errorf("migration %d: %w", i+1, err)
+		if err != nil || done {
+			return err
 		}
 	}
-	return nil
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the store.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
 
-func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+// inTx runs fn in a transaction of db, committing when it returns nil.
+func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+	return beginTx(ctx, db, nil, fn)
+}
+
+// read runs fn in a read-only transaction, so that its queries see one
+// snapshot of the file.
+func (s *Store) read(ctx context.Context, fn func(*sql.Tx) error) error {
+	return beginTx(ctx, s.r, &sql.TxOptions{ReadOnly: true}, fn)
+}
+
+func beginTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
-		return err
+		return fmt.Errorf("begin transaction: %w", err)
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
 
-// CreateSandbox inserts a sandbox and its labels.
+// nanos converts t to the stored form, nanoseconds since the Unix epoch.
+func nanos(field string, t time.Time) (int64, error) {
+	if t.Before(time.Unix(0, math.MinInt64)) || t.After(time.Unix(0, math.MaxInt64)) {
+		return 0, errdefs.New(errdefs.InvalidArgument, "store: %s %s is out of range", field, t.UTC().Format(time.RFC3339))
+	}
+	return t.UnixNano(), nil
+}
+
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// blob is b as a nullable column value.
+func blob(b json.RawMessage) any {
+	if b == nil {
+		return nil
+	}
+	return []byte(b)
+}
+
+// isConstraint reports whether err is the SQLite extended result code code.
+func isConstraint(err error, code int) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == code
+}
+
+func notFound(id string) error { return errdefs.New(errdefs.NotFound, "sandbox %q not found", id) }
+
+// CreateSandbox inserts sb and its labels in one transaction: already_exists
+// if a sandbox with its ID exists. A zero CreatedAt means now, a zero
+// UpdatedAt means CreatedAt.
 func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, tenant, state, image, runtime, spec, runtime_state, error, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sb.ID, sb.Tenant, sb.State, sb.Image, sb.Runtime, []byte(sb.Spec), nullable(sb.RuntimeState), sb.Error,
-			sb.CreatedAt.UTC().UnixNano(), sb.UpdatedAt.UTC().UnixNano())
+	if sb.ID == "" {
+		return errdefs.New(errdefs.InvalidArgument, "store: sandbox without an id")
+	}
+	if sb.CreatedAt.IsZero() {
+		sb.CreatedAt = time.Now()
+	}
+	if sb.UpdatedAt.IsZero() {
+		sb.UpdatedAt = sb.CreatedAt
+	}
+	created, err := nanos("created_at", sb.CreatedAt)
+	if err != nil {
+		return err
+	}
+	updated, err := nanos("updated_at", sb.UpdatedAt)
+	if err != nil {
+		return err
+	}
+	var stopped int64
+	if !sb.StoppedAt.IsZero() {
+		if stopped, err = nanos("stopped_at", sb.StoppedAt); err != nil {
+			return err
+		}
+	}
+	return inTx(ctx, s.w, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
+			(id, tenant, state, image, runtime, spec, runtime_state, error, created_at, updated_at, stopped_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.Tenant, sb.State, sb.Image, sb.Runtime, []byte(append(json.RawMessage{}, sb.Spec...)),
+			blob(sb.RuntimeState), sb.Error, created, updated, stopped)
+		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
+			return errdefs.New(errdefs.AlreadyExists, "sandbox %q already exists", sb.ID)
+		}
 		if err != nil {
-			if strings.Contains(err.Error(), "UNIQUE constraint failed") {
-				return errdefs.New(errdefs.AlreadyExists, "sandbox %q already exists", sb.ID)
-			}
 			return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 		}
 		return insertLabels(ctx, tx, sb.ID, sb.Labels)
 	})
 }
 
-func nullable(b json.RawMessage) any {
-	if len(b) == 0 {
+func insertLabels(ctx context.Context, tx *sql.Tx, id string, m map[string]string) error {
+	if len(m) == 0 {
 		return nil
 	}
-	return []byte(b)
-}
-
-func insertLabels(ctx context.Context, tx *sql.Tx, id string, m map[string]string) error {
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO sandbox_labels (sandbox_id, key, value) VALUES (?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("insert labels of %s: %w", id, err)
+	}
+	defer stmt.Close()
 	for k, v := range m {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_labels (sandbox_id, key, value) VALUES (?, ?, ?)`, id, k, v); err != nil {
-			return fmt.Errorf("insert label %s of %s: %w", k, id, err)
+		if _, err := stmt.ExecContext(ctx, id, k, v); err != nil {
+			return fmt.Errorf("insert label %q of %s: %w", k, id, err)
 		}
 	}
 	return nil
 }
 
-const selectSandbox = `SELECT id, tenant, state, image, runtime, spec, runtime_state, error, created_at, updated_at, stopped_at FROM sandboxes`
+const sandboxColumns = `s.id, s.tenant, s.state, s.image, s.runtime, s.spec, s.runtime_state, s.error,
+	s.created_at, s.updated_at, s.stopped_at`
 
 func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
-	var sb Sandbox
-	var spec, rs []byte
-	var created, updated, stopped int64
-	if err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Image, &sb.Runtime, &spec, &rs, &sb.Error, &created, &updated, &stopped); err != nil {
-		return sb, err
+	var (
+		sb                        Sandbox
+		spec, rs                  []byte
+		created, updated, stopped int64
+	)
+	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Image, &sb.Runtime, &spec, &rs, &sb.Error,
+		&created, &updated, &stopped)
+	if err != nil {
+		return Sandbox{}, err
 	}
-	sb.Spec, sb.RuntimeState = spec, rs
-	sb.CreatedAt, sb.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, updated).UTC()
+	if len(spec) > 0 {
+		sb.Spec = spec
+	}
+	sb.RuntimeState = rs
+	sb.CreatedAt, sb.UpdatedAt = fromNanos(created), fromNanos(updated)
 	if stopped != 0 {
-		sb.StoppedAt = time.Unix(0, stopped).UTC()
+		sb.StoppedAt = fromNanos(stopped)
 	}
 	return sb, nil
 }
 
-// GetSandbox returns one sandbox with its labels.
+// GetSandbox returns the sandbox id with its labels: not_found if absent.
 func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
-	sb, err := scanSandbox(s.db.QueryRowContext(ctx, selectSandbox+` WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return sb, errdefs.New(errdefs.NotFound, "sandbox %q not found", id)
-	}
+	var sb Sandbox
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		var err error
+		sb, err = scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE s.id = ?`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound(id)
+		}
+		if err != nil {
+			return fmt.Errorf("get sandbox %s: %w", id, err)
+		}
+		all, err := readLabels(ctx, tx, `s.id = ?`, []any{id})
+		sb.Labels = all[id]
+		return err
+	})
 	if err != nil {
-		return sb, fmt.Errorf("get sandbox %s: %w", id, err)
+		return Sandbox{}, err
 	}
-	all, err := s.labels(ctx, id)
-	if err != nil {
-		return sb, err
-	}
-	sb.Labels = all[id]
 	return sb, nil
 }
 
-// labels reads the labels of one sandbox, or of all when id is "".
-func (s *Store) labels(ctx context.Context, id string) (map[string]map[string]string, error) {
-	out := map[string]map[string]string{}
-	q := `SELECT sandbox_id, key, value FROM sandbox_labels`
-	var args []any
-	if id != "" {
-		q += ` WHERE sandbox_id = ?`
-		args = append(args, id)
-	}
-	rows, err := s.db.QueryContext(ctx, q, args...)
+// readLabels returns the labels of the sandboxes s for which where holds,
+// by sandbox id.
+func readLabels(ctx context.Context, tx *sql.Tx, where string, args []any) (map[string]map[string]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT l.sandbox_id, l.key, l.value
+		FROM sandbox_labels l JOIN sandboxes s ON s.id = l.sandbox_id WHERE `+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read labels: %w", err)
 	}
 	defer rows.Close()
+	out := map[string]map[string]string{}
 	for rows.Next() {
-		var sid, k, v string
-		if err := rows.Scan(&sid, &k, &v); err != nil {
-			return nil, err
+		var id, k, v string
+		if err := rows.Scan(&id, &k, &v); err != nil {
+			return nil, fmt.Errorf("read labels: %w", err)
 		}
-		if out[sid] == nil {
-			out[sid] = map[string]string{}
+		if out[id] == nil {
+			out[id] = map[string]string{}
 		}
-		out[sid][k] = v
+		out[id][k] = v
 	}
-	return out, rows.Err()
-}
-
-// ListSandboxes returns a tenant's sandboxes ("" = every tenant) that match
-// sel, oldest first.
-func (s *Store) ListSandboxes(ctx context.Context, tenant string, sel labels.Selector) ([]Sandbox, error) {
-	q := selectSandbox
-	var args []any
-	if tenant != "" {
-		q += ` WHERE tenant = ?`
-		args = append(args, tenant)
-	}
-	q += ` ORDER BY created_at, id`
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
-	}
-	var all []Sandbox
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		all = append(all, sb)
-	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	lbls, err := s.labels(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	out := all[:0]
-	for _, sb := range all {
-		sb.Labels = lbls[sb.ID]
-		if sel.Matches(sb.Labels) {
-			out = append(out, sb)
-		}
+		return nil, fmt.Errorf("read labels: %w", err)
 	}
 	return out, nil
 }
 
-func (s *Store) update(ctx context.Context, id, q string, args ...any) error {
-	res, err := s.db.ExecContext(ctx, q, append(args, id)...)
+// selectorSQL renders sel as a condition on sandboxes s with its arguments.
+func selectorSQL(sel labels.Selector) (string, []any) {
+	var (
+		conds []string
+		args  []any
+	)
+	const has = `EXISTS (SELECT 1 FROM sandbox_labels l WHERE l.sandbox_id = s.id AND l.key = ?`
+	for _, r := range sel.Requirements() {
+		switch r.Op {
+		case labels.Equals:
+			conds, args = append(conds, has+` AND l.value = ?)`), append(args, r.Key, r.Value)
+		case labels.NotEquals:
+			conds, args = append(conds, `NOT `+has+` AND l.value = ?)`), append(args, r.Key, r.Value)
+		case labels.Exists:
+			conds, args = append(conds, has+`)`), append(args, r.Key)
+		case labels.NotExists:
+			conds, args = append(conds, `NOT `+has+`)`), append(args, r.Key)
+		default:
+			conds = append(conds, `0`) // matches nothing, as Requirement.Matches does
+		}
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// ListSandboxes returns the sandboxes of tenant ("" = every tenant) whose
+// labels match sel, ordered by creation time, then id. It never returns a
+// nil slice.
+func (s *Store) ListSandboxes(ctx context.Context, tenant string, sel labels.Selector) ([]Sandbox, error) {
+	conds, args := []string{"1"}, []any{}
+	if tenant != "" {
+		conds, args = append(conds, `s.tenant = ?`), append(args, tenant)
+	}
+	inSQL := len(sel.Requirements()) <= sqlSelectorMax
+	if inSQL && !sel.Empty() {
+		c, a := selectorSQL(sel)
+		conds, args = append(conds, c), append(args, a...)
+	}
+	where := strings.Join(conds, " AND ")
+	out := []Sandbox{}
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes s WHERE `+where+
+			` ORDER BY s.created_at, s.id`, args...)
+		if err != nil {
+			return fmt.Errorf("list sandboxes: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			sb, err := scanSandbox(rows)
+			if err != nil {
+				return fmt.Errorf("list sandboxes: %w", err)
+			}
+			out = append(out, sb)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("list sandboxes: %w", err)
+		}
+		rows.Close()
+		all, err := readLabels(ctx, tx, where, args)
+		if err != nil {
+			return err
+		}
+		for i := range out {
+			out[i].Labels = all[out[i].ID]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !inSQL {
+		kept := out[:0]
+		for _, sb := range out {
+			if sel.Matches(sb.Labels) {
+				kept = append(kept, sb)
+			}
+		}
+		out = kept
+	}
+	return out, nil
+}
+
+// update runs one UPDATE or DELETE of sandbox id (its last argument):
+// not_found if no row was touched.
+func (s *Store) update(ctx context.Context, id, query string, args ...any) error {
+	res, err := s.w.ExecContext(ctx, query, append(args, id)...)
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", id, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return errdefs.New(errdefs.NotFound, "sandbox %q not found", id)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update sandbox %s: %w", id, err)
+	}
+	if n == 0 {
+		return notFound(id)
 	}
 	return nil
 }
 
-// UpdateState sets a sandbox's state and error message at time at (the
-// caller's clock). Entering "stopped" records at as the stop time; any other
-// state clears it.
+// UpdateState sets sandbox id's state and error message (errMsg, "" for
+// none) as of at, the caller's clock: not_found if absent. Entering
+// "stopped" records at as the stop time; any other state clears it.
 func (s *Store) UpdateState(ctx context.Context, id, state, errMsg string, at time.Time) error {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	now, err := nanos("update time", at)
+	if err != nil {
+		return err
+	}
 	var stopped int64
 	if state == "stopped" {
-		stopped = at.UTC().UnixNano()
+		stopped = now
 	}
 	return s.update(ctx, id, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?, stopped_at = ? WHERE id = ?`,
-		state, errMsg, at.UTC().UnixNano(), stopped)
+		state, errMsg, now, stopped)
 }
 
-// SetRuntimeState stores a runtime's private state for a sandbox.
+// SetRuntimeState replaces sandbox id's runtime state (nil clears it):
+// not_found if absent.
 func (s *Store) SetRuntimeState(ctx context.Context, id string, st json.RawMessage) error {
 	return s.update(ctx, id, `UPDATE sandboxes SET runtime_state = ?, updated_at = ? WHERE id = ?`,
-		nullable(st), time.Now().UTC().UnixNano())
+		blob(st), time.Now().UnixNano())
 }
 
-// SetSpec replaces a sandbox's stored spec.
+// SetSpec replaces sandbox id's spec: not_found if absent.
 func (s *Store) SetSpec(ctx context.Context, id string, spec json.RawMessage) error {
 	return s.update(ctx, id, `UPDATE sandboxes SET spec = ?, updated_at = ? WHERE id = ?`,
-		[]byte(spec), time.Now().UTC().UnixNano())
+		[]byte(append(json.RawMessage{}, spec...)), time.Now().UnixNano())
 }
 
-// SetLabels replaces a sandbox's labels.
+// SetLabels replaces all of sandbox id's labels with m, atomically:
+// not_found if absent.
 func (s *Store) SetLabels(ctx context.Context, id string, m map[string]string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET updated_at = ? WHERE id = ?`, time.Now().UTC().UnixNano(), id)
+	return inTx(ctx, s.w, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET updated_at = ? WHERE id = ?`, time.Now().UnixNano(), id)
 		if err != nil {
-			return err
+			return fmt.Errorf("set labels of %s: %w", id, err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return errdefs.New(errdefs.NotFound, "sandbox %q not found", id)
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("set labels of %s: %w", id, err)
+		} else if n == 0 {
+			return notFound(id)
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_labels WHERE sandbox_id = ?`, id); err != nil {
-			return err
+			return fmt.Errorf("set labels of %s: %w", id, err)
 		}
 		return insertLabels(ctx, tx, id, m)
 	})
 }
 
-// ReplaceSandbox overwrites every field of sandbox sb.ID whose state is
-// from, labels included, atomically. It is how a pooled sandbox is handed
-// over: not_found if no such row is in state from.
+// ReplaceSandbox atomically overwrites sandbox sb.ID, if it is in state
+// from, with sb: every field and the labels, except the runtime state,
+// which the running sandbox keeps, and the stop time, which it clears. It is
+// how a pooled sandbox is handed over: not_found if no sandbox sb.ID is in
+// state from. Zero times are defaulted as by CreateSandbox.
 func (s *Store) ReplaceSandbox(ctx context.Context, from string, sb Sandbox) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	if sb.CreatedAt.IsZero() {
+		sb.CreatedAt = time.Now()
+	}
+	if sb.UpdatedAt.IsZero() {
+		sb.UpdatedAt = sb.CreatedAt
+	}
+	created, err := nanos("created_at", sb.CreatedAt)
+	if err != nil {
+		return err
+	}
+	updated, err := nanos("updated_at", sb.UpdatedAt)
+	if err != nil {
+		return err
+	}
+	return inTx(ctx, s.w, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET tenant = ?, state = ?, image = ?, runtime = ?, spec = ?,
 			error = ?, created_at = ?, updated_at = ?, stopped_at = 0 WHERE id = ? AND state = ?`,
-			sb.Tenant, sb.State, sb.Image, sb.Runtime, []byte(sb.Spec), sb.Error,
-			sb.CreatedAt.UTC().UnixNano(), sb.UpdatedAt.UTC().UnixNano(), sb.ID, from)
+			sb.Tenant, sb.State, sb.Image, sb.Runtime, []byte(append(json.RawMessage{}, sb.Spec...)), sb.Error,
+			created, updated, sb.ID, from)
 		if err != nil {
 			return fmt.Errorf("replace sandbox %s: %w", sb.ID, err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return errdefs.New(errdefs.NotFound, "sandbox %q in state %s not found", sb.ID, from)
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("replace sandbox %s: %w", sb.ID, err)
+		} else if n == 0 {
+			return errdefs.New(errdefs.NotFound, "sandbox %q in state %q not found", sb.ID, from)
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_labels WHERE sandbox_id = ?`, sb.ID); err != nil {
-			return err
+			return fmt.Errorf("replace sandbox %s: %w", sb.ID, err)
 		}
 		return insertLabels(ctx, tx, sb.ID, sb.Labels)
 	})
 }
 
-// DeleteSandbox removes a sandbox and its labels.
+// DeleteSandbox removes sandbox id and, by cascade, its labels: not_found
+// if absent.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return s.update(ctx, id, `DELETE FROM sandboxes WHERE id = ?`)
 }
