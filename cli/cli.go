@@ -23,7 +23,11 @@ import (
 	"github.com/berthsh/berth/errdefs"
 )
 
-// ExitError carries a command's exit code to main, which exits with it.
+// ExitError carries a command's exit code to main. A command returns it,
+// after writing whatever it had to say to stderr, to end berth with Code;
+// main must check for it with errors.As(err, new(*ExitError)) and call
+// os.Exit(Code) without printing anything, and print every other error as
+// "berth: <err>" before exiting 1.
 type ExitError struct{ Code int }
 
 func (e *ExitError) Error() string { return "exit status " + strconv.Itoa(e.Code) }
@@ -151,6 +155,12 @@ func (f *limitFlags) add(cmd *cobra.Command) {
 
 func (f *limitFlags) value() (api.Limits, error) {
 	l := api.Limits{CPUs: f.cpus, Pids: f.pids}
+	if f.cpus < 0 {
+		return l, fmt.Errorf("--cpus: %g is negative", f.cpus)
+	}
+	if f.pids < 0 {
+		return l, fmt.Errorf("--pids: %d is negative", f.pids)
+	}
 	if f.memory != "" {
 		var err error
 		if l.MemoryBytes, err = ParseSize(f.memory); err != nil {
@@ -167,29 +177,32 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// ParseSize reads a byte size with an optional K, M, G or T suffix (powers of
-// 1024, like docker; "Ki", "MiB" and "MB" spellings are accepted too).
+// ParseSize reads a byte size: a number (decimals allowed) with an optional
+// K, M, G or T suffix, powers of 1024 like docker; "Ki", "KB" and "KiB"
+// spellings mean the same, in any case, and a lone "B" means bytes.
 func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	upper := strings.ToUpper(t)
-	upper = strings.TrimSuffix(upper, "B")
-	upper = strings.TrimSuffix(upper, "I")
-	mult := int64(1)
-	if n := len(upper); n > 0 {
-		switch upper[n-1] {
-		case 'K':
-			mult, upper = 1<<10, upper[:n-1]
-		case 'M':
-			mult, upper = 1<<20, upper[:n-1]
-		case 'G':
-			mult, upper = 1<<30, upper[:n-1]
-		case 'T':
-			mult, upper = 1<<40, upper[:n-1]
-		}
+	bad := fmt.Errorf("%q is not a size like 512M, 2G or 1.5Gi", s)
+	t := strings.ToUpper(strings.TrimSpace(s))
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if i < 0 {
+		i = len(t)
 	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(upper), 64)
-	if err != nil || f < 0 || f*float64(mult) > 1<<62 {
-		return 0, fmt.Errorf("%q is not a size like 512M or 2G", s)
+	num, unit := t[:i], strings.TrimSpace(t[i:])
+	if num == "" || strings.Count(num, ".") > 1 || num == "." {
+		return 0, bad
+	}
+	mult := int64(1)
+	if unit != "" && unit != "B" {
+		shift := strings.IndexByte("KMGT", unit[0])
+		rest := unit[1:]
+		if shift < 0 || (rest != "" && rest != "I" && rest != "B" && rest != "IB") {
+			return 0, bad
+		}
+		mult = 1 << (10 * (shift + 1))
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f*float64(mult) > 1<<62 {
+		return 0, bad
 	}
 	return int64(f * float64(mult)), nil
 }
@@ -216,6 +229,12 @@ func (f *execFlags) add(cmd *cobra.Command, withEnv bool) {
 
 func (f *execFlags) request(cmd *cobra.Command, argv []string) (api.ExecRequest, error) {
 	req := api.ExecRequest{Cmd: argv, Cwd: f.workdir, User: f.user, TimeoutMs: f.timeout.Milliseconds()}
+	if f.timeout < 0 {
+		return req, fmt.Errorf("--timeout: %s is negative", f.timeout)
+	}
+	if f.timeout > 0 && req.TimeoutMs == 0 {
+		req.TimeoutMs = 1
+	}
 	var err error
 	if req.Env, err = parsePairs("--env", f.env); err != nil {
 		return req, err
@@ -228,31 +247,67 @@ func (f *execFlags) request(cmd *cobra.Command, argv []string) (api.ExecRequest,
 	return req, nil
 }
 
-// streamExec runs req with live output and turns the result into an exit code.
+// streamExec runs req with live output and turns the result into an exit
+// code; an interrupted exec (ctx cancelled: Ctrl-C) ends with 130.
 func streamExec(ctx context.Context, cmd *cobra.Command, c *client.Client, id string, req api.ExecRequest) error {
 	st, err := c.ExecStream(ctx, id, req)
 	if err != nil {
+		if ctx.Err() != nil {
+			return interrupted(cmd)
+		}
 		return err
 	}
 	defer st.Close()
 	res, err := st.Copy(cmd.OutOrStdout(), cmd.ErrOrStderr())
 	if err != nil {
+		if ctx.Err() != nil {
+			return interrupted(cmd)
+		}
 		return err
 	}
-	return exitFor(cmd, res, req)
+	return exitFor(cmd.ErrOrStderr(), res, time.Duration(req.TimeoutMs)*time.Millisecond)
 }
 
-func exitFor(cmd *cobra.Command, res api.ExecResult, req api.ExecRequest) error {
-	stderr := cmd.ErrOrStderr()
-	if res.StdoutTruncated || res.StderrTruncated {
-		fmt.Fprintln(stderr, "berth: output truncated (over the per-stream limit)")
+// interrupted says so on stderr and exits like a shell after SIGINT.
+func interrupted(cmd *cobra.Command) error {
+	fmt.Fprintln(cmd.ErrOrStderr(), "berth: interrupted")
+	return &ExitError{Code: 130}
+}
+
+// exitFor reports on stderr what the exit code alone does not say (a start
+// failure, truncated output, an OOM kill, a timeout) and returns the code:
+// the command's own, 128+signal when a signal ended it, 124 on timeout.
+func exitFor(stderr io.Writer, res api.ExecResult, timeout time.Duration) error {
+	if res.Error != "" {
+		fmt.Fprintf(stderr, "berth: %s\n", res.Error)
+	}
+	var truncated []string
+	if res.StdoutTruncated {
+		truncated = append(truncated, "stdout")
+	}
+	if res.StderrTruncated {
+		truncated = append(truncated, "stderr")
+	}
+	if len(truncated) > 0 {
+		fmt.Fprintf(stderr, "berth: %s truncated at the daemon's output limit\n", strings.Join(truncated, " and "))
+	}
+	if res.OOMKilled {
+		fmt.Fprintln(stderr, "berth: killed at the sandbox's memory limit (out of memory)")
 	}
 	if res.TimedOut {
-		fmt.Fprintf(stderr, "berth: timed out after %s\n", time.Duration(req.TimeoutMs)*time.Millisecond)
+		if timeout > 0 {
+			fmt.Fprintf(stderr, "berth: timed out after %s\n", timeout)
+		} else {
+			fmt.Fprintln(stderr, "berth: timed out")
+		}
 		return &ExitError{Code: 124}
 	}
-	if res.ExitCode != 0 {
-		return &ExitError{Code: res.ExitCode}
+	code := res.ExitCode
+	if code == 0 && res.Signal != 0 {
+		code = 128 + res.Signal
+	}
+	if code != 0 {
+		return &ExitError{Code: code}
 	}
 	return nil
 }
@@ -319,7 +374,7 @@ func execCommand(connect connector) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD [ARG...]",
 		Short: "Run a command in a sandbox, streaming its output; exits with its code",
-		Args:  cobra.MinimumNArgs(2),
+		Args:  cobra.ArbitraryArgs, // argvAfterDash checks them, with the usage line
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, argv, err := argvAfterDash(cmd, args, 1)
 			if err != nil {
@@ -343,10 +398,11 @@ func execCommand(connect connector) *cobra.Command {
 func runCommand(connect connector) *cobra.Command {
 	var cf createFlags
 	var ef execFlags
+	remove := true
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Create a sandbox, run one command in it, remove it; exits with the command's code",
-		Args:  cobra.MinimumNArgs(1),
+		Args:  cobra.ArbitraryArgs, // argvAfterDash checks them, with the usage line
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, argv, err := argvAfterDash(cmd, args, 0)
 			if err != nil {
@@ -368,21 +424,29 @@ func runCommand(connect connector) *cobra.Command {
 			defer stop()
 			sb, err := c.CreateSandbox(ctx, creq)
 			if err != nil {
+				if ctx.Err() != nil {
+					return interrupted(cmd)
+				}
 				return err
 			}
-			defer func() {
-				// Remove even after Ctrl-C: the command's context is gone by then.
-				dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if err := c.DeleteSandbox(dctx, sb.ID); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "berth: remove %s: %v\n", sb.ID, err)
-				}
-			}()
+			if remove {
+				defer func() {
+					// Remove after Ctrl-C too: ctx is gone by then, so a fresh one.
+					dctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 30*time.Second)
+					defer cancel()
+					if err := c.DeleteSandbox(dctx, sb.ID); err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "berth: remove %s: %v\n", sb.ID, err)
+					}
+				}()
+			} else {
+				fmt.Fprintf(cmd.ErrOrStderr(), "berth: sandbox %s kept\n", sb.ID)
+			}
 			return streamExec(ctx, cmd, c, sb.ID, ereq)
 		},
 	}
 	cf.add(cmd)
 	ef.add(cmd, false)
+	cmd.Flags().BoolVar(&remove, "rm", true, "remove the sandbox when the command ends (--rm=false keeps it and names it on stderr)")
 	return cmd
 }
 
@@ -452,6 +516,8 @@ func writeTable(out io.Writer, list []api.Sandbox, now time.Time) {
 
 func ago(d time.Duration) string {
 	switch {
+	case d < 0: // the daemon's clock is ahead of ours
+		return "0s ago"
 	case d < time.Minute:
 		return fmt.Sprintf("%ds ago", int(d.Seconds()))
 	case d < time.Hour:
@@ -496,21 +562,13 @@ func rmCommand(connect connector) *cobra.Command {
 		Short: "Remove sandboxes (every process, file and cgroup)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			var failed error
-			for _, id := range args {
+			return eachSandbox(cmd, connect, args, func(c *client.Client, id string) (bool, error) {
 				err := c.DeleteSandbox(cmd.Context(), id)
-				if err != nil && !(force && errdefs.IsNotFound(err)) {
-					fmt.Fprintf(cmd.ErrOrStderr(), "berth: %v\n", err)
-					failed = &ExitError{Code: 1}
-					continue
+				if force && errdefs.IsNotFound(err) {
+					return false, nil
 				}
-				fmt.Fprintln(cmd.OutOrStdout(), id)
-			}
-			return failed
+				return err == nil, err
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "ignore sandboxes that do not exist")
@@ -523,9 +581,9 @@ func stopCommand(connect connector) *cobra.Command {
 		Short: "Stop sandboxes: end their processes, keep their files",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachSandbox(cmd, connect, args, func(c *client.Client, id string) error {
+			return eachSandbox(cmd, connect, args, func(c *client.Client, id string) (bool, error) {
 				_, err := c.StopSandbox(cmd.Context(), id)
-				return err
+				return err == nil, err
 			})
 		},
 	}
@@ -537,32 +595,36 @@ func startCommand(connect connector) *cobra.Command {
 		Short: "Start stopped sandboxes again, with their files",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachSandbox(cmd, connect, args, func(c *client.Client, id string) error {
+			return eachSandbox(cmd, connect, args, func(c *client.Client, id string) (bool, error) {
 				_, err := c.StartSandbox(cmd.Context(), id)
-				return err
+				return err == nil, err
 			})
 		},
 	}
 }
 
-// eachSandbox runs fn for every id, printing the ids that worked and the
-// errors of the others, and fails if any failed.
-func eachSandbox(cmd *cobra.Command, connect connector, ids []string, fn func(*client.Client, string) error) error {
+// eachSandbox runs fn for every id, printing the ids fn says to print and
+// the errors of the others, and fails (exit 1) if any failed. A daemon that
+// does not answer ends it at once, with that error.
+func eachSandbox(cmd *cobra.Command, connect connector, ids []string, fn func(*client.Client, string) (bool, error)) error {
 	c, err := connect()
 	if err != nil {
 		return err
 	}
 	var failed error
 	for _, id := range ids {
-		if err := fn(c, id); err != nil {
-			if errdefs.IsUnavailable(err) && len(ids) == 1 {
+		show, err := fn(c, id)
+		if err != nil {
+			if errdefs.IsUnavailable(err) {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "berth: %v\n", err)
 			failed = &ExitError{Code: 1}
 			continue
 		}
-		fmt.Fprintln(cmd.OutOrStdout(), id)
+		if show {
+			fmt.Fprintln(cmd.OutOrStdout(), id)
+		}
 	}
 	return failed
 }
@@ -701,18 +763,28 @@ func psCommand(connect connector) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "PID\tSTATUS\tCOMMAND")
-			for _, p := range list {
-				status := "running"
-				if p.Result != nil {
-					status = "exited " + strconv.Itoa(p.Result.ExitCode)
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\n", p.Pid, status, strings.Join(p.Cmd, " "))
-			}
-			return tw.Flush()
+			return writeProcesses(cmd.OutOrStdout(), list, time.Now())
 		},
 	}
+}
+
+// writeProcesses is ps's table.
+func writeProcesses(out io.Writer, list []api.Process, now time.Time) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PID\tSTATUS\tSTARTED\tCOMMAND")
+	for _, p := range list {
+		status := "running"
+		switch {
+		case p.Result != nil && p.Result.TimedOut:
+			status = "timed out"
+		case p.Result != nil:
+			status = "exited " + strconv.Itoa(p.Result.ExitCode)
+		case !p.Running:
+			status = "exited"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", p.Pid, status, ago(now.Sub(p.StartedAt)), strings.Join(p.Cmd, " "))
+	}
+	return tw.Flush()
 }
 
 func killCommand(connect connector) *cobra.Command {
@@ -765,11 +837,17 @@ func logsCommand(connect connector) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				var w io.Writer
 				switch ev.Type {
 				case api.EventStdout:
-					cmd.OutOrStdout().Write(ev.Data)
+					w = cmd.OutOrStdout()
 				case api.EventStderr:
-					cmd.ErrOrStderr().Write(ev.Data)
+					w = cmd.ErrOrStderr()
+				default:
+					continue
+				}
+				if _, err := w.Write(ev.Data); err != nil {
+					return err
 				}
 			}
 		},

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -37,8 +38,16 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithHTTPClient replaces the HTTP client (its transport is kept for unix:// URLs only if you set none).
-func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+// WithHTTPClient replaces the HTTP client. For a unix:// URL, a client whose
+// Transport is nil gets the socket-dialing transport; one with its own
+// Transport must dial the socket itself.
+func WithHTTPClient(h *http.Client) Option {
+	return func(c *Client) {
+		if h != nil {
+			c.http = h
+		}
+	}
+}
 
 // WithAPIKey sends key as a bearer token.
 func WithAPIKey(key string) Option { return func(c *Client) { c.apiKey = key } }
@@ -46,20 +55,28 @@ func WithAPIKey(key string) Option { return func(c *Client) { c.apiKey = key } }
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
 
-// New returns a client for rawURL: http(s)://host:port or unix:///path/to/berth.sock.
+// New returns a client for rawURL: http(s)://host:port[/prefix],
+// unix:///path/to/berth.sock, or a bare host:port (http). Empty means DefaultURL.
 func New(rawURL string, opts ...Option) (*Client, error) {
 	if rawURL == "" {
 		rawURL = DefaultURL
 	}
-	u, err := url.Parse(rawURL)
+	parse := rawURL
+	if !strings.Contains(parse, "://") {
+		parse = "http://" + parse
+	}
+	u, err := url.Parse(parse)
 	if err != nil {
-		return nil, errdefs.New(errdefs.InvalidArgument, "berth URL %q: %v", rawURL, err)
+		return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "berth URL %q", rawURL)
 	}
 	c := &Client{display: rawURL, userAgent: "berth-go"}
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
 	switch u.Scheme {
 	case "http", "https":
-		c.base = u.Scheme + "://" + u.Host
+		if u.Host == "" {
+			return nil, errdefs.New(errdefs.InvalidArgument, "berth URL %q: no host", rawURL)
+		}
+		c.base = u.Scheme + "://" + u.Host + strings.TrimRight(u.Path, "/")
 	case "unix":
 		sock := u.Path
 		if sock == "" {
@@ -76,6 +93,11 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	c.http = &http.Client{Transport: tr}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.http.Transport == nil && u.Scheme == "unix" {
+		h := *c.http
+		h.Transport = tr
+		c.http = &h
 	}
 	return c, nil
 }
@@ -112,6 +134,12 @@ func (c *Client) request(ctx context.Context, method, path string, query url.Val
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		// The *url.Error names the request's URL, which for a unix socket is
+		// made up; the message names the daemon's URL as the user gave it.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, errdefs.Wrap(errdefs.Unavailable, err, "berth daemon not reachable at %s", c.display)
 	}
 	if resp.StatusCode/100 != 2 {
@@ -126,7 +154,11 @@ func decodeError(resp *http.Response) error {
 	var body api.ErrorResponse
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if json.Unmarshal(b, &body) != nil || body.Error.Message == "" {
-		return errdefs.New(classForStatus(resp.StatusCode), "HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		text := strings.TrimSpace(string(b))
+		if text == "" {
+			text = http.StatusText(resp.StatusCode)
+		}
+		return errdefs.New(classForStatus(resp.StatusCode), "HTTP %d: %s", resp.StatusCode, text)
 	}
 	class := errdefs.Internal
 	if errdefs.Known(body.Error.Class) {
@@ -135,6 +167,8 @@ func decodeError(resp *http.Response) error {
 	return errdefs.New(class, "%s", body.Error.Message)
 }
 
+// classForStatus classifies an error answer without a JSON body (a proxy's
+// page, an old daemon) by its status code alone.
 func classForStatus(code int) errdefs.Class {
 	switch code {
 	case http.StatusNotFound:
@@ -143,10 +177,18 @@ func classForStatus(code int) errdefs.Class {
 		return errdefs.InvalidArgument
 	case http.StatusConflict:
 		return errdefs.Conflict
-	case http.StatusServiceUnavailable:
-		return errdefs.Unavailable
+	case http.StatusTooManyRequests:
+		return errdefs.ResourceExhausted
+	case http.StatusForbidden:
+		return errdefs.PermissionDenied
 	case http.StatusUnauthorized:
 		return errdefs.Unauthenticated
+	case http.StatusBadGateway, http.StatusServiceUnavailable:
+		return errdefs.Unavailable
+	case http.StatusGatewayTimeout:
+		return errdefs.DeadlineExceeded
+	case http.StatusNotImplemented:
+		return errdefs.NotImplemented
 	default:
 		return errdefs.Internal
 	}
@@ -208,9 +250,14 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (api.Sandbox, error)
 
 // ListSandboxes lists sandboxes that carry every label in labels.
 func (c *Client) ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error) {
-	q := url.Values{}
+	pairs := make([]string, 0, len(labels))
 	for k, v := range labels {
-		q.Add("label", k+"="+v)
+		pairs = append(pairs, k+"="+v)
+	}
+	sort.Strings(pairs)
+	q := url.Values{}
+	for _, p := range pairs {
+		q.Add("label", p)
 	}
 	var out api.ListSandboxesResponse
 	err := c.do(ctx, http.MethodGet, "/v1/sandboxes", q, nil, &out)
@@ -416,6 +463,9 @@ func (s *ExecStream) Next() (api.ExecEvent, error) {
 	if !s.sc.Scan() {
 		s.done = true
 		if err := s.sc.Err(); err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return api.ExecEvent{}, fmt.Errorf("exec stream: %w", err)
+			}
 			return api.ExecEvent{}, errdefs.Wrap(errdefs.Unavailable, err, "exec stream broken")
 		}
 		return api.ExecEvent{}, io.EOF // a clean end without an exit event: output of a running process, unfollowed
@@ -436,7 +486,7 @@ func (s *ExecStream) Next() (api.ExecEvent, error) {
 			}
 			return ev, errdefs.New(class, "%s", ev.Error.Message)
 		}
-		return ev, errors.New("exec failed")
+		return ev, errdefs.New(errdefs.Internal, "exec failed without a message")
 	}
 	return ev, nil
 }
