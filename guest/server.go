@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -17,56 +20,91 @@ import (
 	"github.com/berthsh/berth/guest/proc"
 )
 
-const maxSpecBody = 80 << 20
+const (
+	maxSpecBody   = 80 << 20 // a ProcessSpec, stdin included
+	maxSmallBody  = 4 << 10  // a SignalRequest
+	shutdownGrace = time.Second
+	ndjson        = "application/x-ndjson"
+)
 
-// Serve serves the guest protocol on l until ctx ends. Every request must
-// carry the sandbox's token.
+// Serve serves the guest protocol on l until ctx ends; every request must
+// carry "Authorization: Bearer <token>" (401 otherwise). When ctx ends it
+// shuts the server down, giving open requests a short grace before their
+// connections are closed (an exec whose connection closes kills its process).
 func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table, log *slog.Logger) error {
-	s := &server{token: token, table: table, log: log}
+	s := &server{auth: []byte("Bearer " + token), token: token, table: table, log: log}
 	mux := http.NewServeMux()
-	mux.Handle("GET "+guestapi.PathHello, s.wrap(s.hello))
-	mux.Handle("POST "+guestapi.PathExec, s.wrap(s.exec))
-	mux.Handle("POST "+guestapi.PathProcesses, s.wrap(s.start))
-	mux.Handle("GET "+guestapi.PathProcesses, s.wrap(s.list))
-	mux.Handle("GET "+guestapi.PathProcesses+"/{pid}", s.wrap(s.get))
-	mux.Handle("DELETE "+guestapi.PathProcesses+"/{pid}", s.wrap(s.remove))
-	mux.Handle("GET "+guestapi.PathProcesses+"/{pid}/output", s.wrap(s.output))
-	mux.Handle("POST "+guestapi.PathProcesses+"/{pid}/wait", s.wrap(s.wait))
-	mux.Handle("POST "+guestapi.PathProcesses+"/{pid}/signal", s.wrap(s.signal))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
-	select {
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-		<-errc
-		return nil
-	case err := <-errc:
-		return err
+	route := func(pattern string, h handler) { mux.Handle(pattern, s.wrap(h)) }
+	route("GET "+guestapi.PathHello, s.hello)
+	route("POST "+guestapi.PathExec, s.exec)
+	route("POST "+guestapi.PathProcesses, s.start)
+	route("GET "+guestapi.PathProcesses, s.list)
+	route("GET "+guestapi.PathProcesses+"/{pid}", s.get)
+	route("DELETE "+guestapi.PathProcesses+"/{pid}", s.remove)
+	route("GET "+guestapi.PathProcesses+"/{pid}/output", s.output)
+	route("POST "+guestapi.PathProcesses+"/{pid}/wait", s.wait)
+	route("POST "+guestapi.PathProcesses+"/{pid}/signal", s.signal)
+	route("/", s.noRoute)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve guest protocol: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close() // streams still open: cut them
+	}
+	<-served // http.ErrServerClosed
+	return nil
 }
 
 type server struct {
+	auth  []byte
 	token string
 	table *proc.Table
 	log   *slog.Logger
 }
 
+// handler serves one route; a returned error becomes the response, unless
+// the handler has begun one (then the error is only logged).
 type handler func(w http.ResponseWriter, r *http.Request) error
+
+// tracker notes whether a response has begun.
+type tracker struct {
+	http.ResponseWriter
+	begun bool
+}
+
+func (t *tracker) WriteHeader(code int) { t.begun = true; t.ResponseWriter.WriteHeader(code) }
+func (t *tracker) Write(b []byte) (int, error) {
+	t.begun = true
+	return t.ResponseWriter.Write(b)
+}
+func (t *tracker) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
 func (s *server) wrap(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		if subtle.ConstantTimeCompare([]byte(auth), []byte("Bearer "+s.token)) != 1 {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), s.auth) != 1 {
 			writeError(w, errdefs.New(errdefs.Unauthenticated, "missing or wrong token"))
 			return
 		}
-		if err := h(w, r); err != nil {
-			if w.Header().Get("Content-Type") == "application/x-ndjson" {
-				s.log.Debug("error after stream start", "err", err)
-				return
+		tw := &tracker{ResponseWriter: w}
+		err := h(tw, r)
+		switch {
+		case err == nil:
+		case tw.begun:
+			s.log.Debug("guest request ended early", "method", r.Method, "path", r.URL.Path, "err", err)
+		default:
+			if errdefs.ClassOf(err) == errdefs.Internal {
+				s.log.Warn("guest request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			}
 			writeError(w, err)
 		}
@@ -84,36 +122,51 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, errdefs.HTTPStatus(c), guestapi.Error{Class: string(c), Message: errdefs.Message(err)})
 }
 
-func decodeSpec(r *http.Request) (guestapi.ProcessSpec, error) {
-	var spec guestapi.ProcessSpec
-	if err := json.NewDecoder(io.LimitReader(r.Body, maxSpecBody)).Decode(&spec); err != nil {
-		return spec, errdefs.New(errdefs.InvalidArgument, "body: %s", err.Error())
+// decodeBody reads a JSON body of at most limit bytes into v, to its end:
+// net/http notices a client that goes away only once the body is consumed.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	err := json.NewDecoder(body).Decode(v)
+	if err == nil {
+		_, err = io.Copy(io.Discard, body)
 	}
-	return spec, nil
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return errdefs.New(errdefs.InvalidArgument, "body: larger than %d bytes", limit)
+	case err != nil:
+		return errdefs.New(errdefs.InvalidArgument, "body: %v", err)
+	}
+	return nil
+}
+
+func (s *server) noRoute(w http.ResponseWriter, r *http.Request) error {
+	return errdefs.New(errdefs.NotFound, "no route for %s %s", r.Method, r.URL.Path)
 }
 
 func (s *server) hello(w http.ResponseWriter, r *http.Request) error {
 	nonce := r.Header.Get(guestapi.HeaderNonce)
 	if len(nonce) < 16 || len(nonce) > 128 {
-		return errdefs.New(errdefs.InvalidArgument, "%s: 16..128 characters", guestapi.HeaderNonce)
+		return errdefs.New(errdefs.InvalidArgument, "%s header: want 16 to 128 characters, got %d", guestapi.HeaderNonce, len(nonce))
 	}
 	return writeJSON(w, http.StatusOK, guestapi.HelloResponse{
-		Protocol: guestapi.Protocol, MinProtocol: guestapi.MinProtocol,
-		Features: []string{"exec", "processes"}, Proof: guestapi.Proof(s.token, nonce),
+		Protocol:    guestapi.Protocol,
+		MinProtocol: guestapi.MinProtocol,
+		Features:    []string{"exec", "processes"},
+		Proof:       guestapi.Proof(s.token, nonce),
 	})
 }
 
-// stream writes events as NDJSON lines, flushing each.
+// stream writes events as NDJSON lines, flushing after each.
 type stream struct {
-	w   http.ResponseWriter
 	rc  *http.ResponseController
 	enc *json.Encoder
 }
 
 func newStream(w http.ResponseWriter) *stream {
-	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Content-Type", ndjson)
 	w.WriteHeader(http.StatusOK)
-	return &stream{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
+	return &stream{rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
 }
 
 func (st *stream) send(ev guestapi.Event) error {
@@ -123,11 +176,12 @@ func (st *stream) send(ev guestapi.Event) error {
 	return st.rc.Flush()
 }
 
-// exec starts a process and streams it to the end; if the caller goes away
-// first, the process group is killed. The process is forgotten afterwards.
+// exec starts a process and streams it to its exit. If the client goes
+// away first, the process group is killed; either way the process leaves
+// the table once the stream is over.
 func (s *server) exec(w http.ResponseWriter, r *http.Request) error {
-	spec, err := decodeSpec(r)
-	if err != nil {
+	var spec guestapi.ProcessSpec
+	if err := decodeBody(w, r, maxSpecBody, &spec); err != nil {
 		return err
 	}
 	p, err := s.table.Start(spec)
@@ -135,14 +189,11 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer func() {
-		if p.Pid() == 0 {
-			return
-		}
 		if p.Running() {
-			s.table.Signal(p.Pid(), syscall.SIGKILL)
+			p.Signal(syscall.SIGKILL)
 			<-p.Done()
 		}
-		s.table.Remove(p.Pid())
+		s.table.Forget(p)
 	}()
 	st := newStream(w)
 	if err := st.send(guestapi.Event{Type: guestapi.EventStart, Pid: p.Pid()}); err != nil {
@@ -157,8 +208,8 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) start(w http.ResponseWriter, r *http.Request) error {
-	spec, err := decodeSpec(r)
-	if err != nil {
+	var spec guestapi.ProcessSpec
+	if err := decodeBody(w, r, maxSpecBody, &spec); err != nil {
 		return err
 	}
 	p, err := s.table.Start(spec)
@@ -172,10 +223,19 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, s.table.List())
 }
 
-func (s *server) process(r *http.Request) (*proc.Process, error) {
-	pid, err := strconv.Atoi(r.PathValue("pid"))
+func pidParam(r *http.Request) (int, error) {
+	v := r.PathValue("pid")
+	pid, err := strconv.Atoi(v)
 	if err != nil || pid <= 0 {
-		return nil, errdefs.New(errdefs.InvalidArgument, "pid: %q is not a process id", r.PathValue("pid"))
+		return 0, errdefs.New(errdefs.InvalidArgument, "pid: %q is not a process id", v)
+	}
+	return pid, nil
+}
+
+func (s *server) process(r *http.Request) (*proc.Process, error) {
+	pid, err := pidParam(r)
+	if err != nil {
+		return nil, err
 	}
 	return s.table.Get(pid)
 }
@@ -189,23 +249,31 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) remove(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.process(r)
+	pid, err := pidParam(r)
 	if err != nil {
 		return err
 	}
-	if err := s.table.Remove(p.Pid()); err != nil {
+	if err := s.table.Remove(pid); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
+// output replays a process's kept output; with follow=true it goes on with
+// live output up to the exit event, else it ends with what is there now
+// (and the exit event if the process is finished).
 func (s *server) output(w http.ResponseWriter, r *http.Request) error {
 	p, err := s.process(r)
 	if err != nil {
 		return err
 	}
-	follow, _ := strconv.ParseBool(r.URL.Query().Get("follow"))
+	follow := false
+	if v := r.URL.Query().Get("follow"); v != "" {
+		if follow, err = strconv.ParseBool(v); err != nil {
+			return errdefs.New(errdefs.InvalidArgument, "follow: %q is not a boolean", v)
+		}
+	}
 	st := newStream(w)
 	if !follow {
 		for _, ev := range p.Snapshot() {
@@ -220,9 +288,11 @@ func (s *server) output(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	return nil
+	return r.Context().Err()
 }
 
+// wait answers with the Result (output included) once the process is
+// finished; with timeout_ms=N (N > 0) it gives up after N ms.
 func (s *server) wait(w http.ResponseWriter, r *http.Request) error {
 	p, err := s.process(r)
 	if err != nil {
@@ -231,8 +301,8 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) error {
 	var timeout <-chan time.Time
 	if v := r.URL.Query().Get("timeout_ms"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms < 0 {
-			return errdefs.New(errdefs.InvalidArgument, "timeout_ms: %q", v)
+		if err != nil || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+			return errdefs.New(errdefs.InvalidArgument, "timeout_ms: %q is not a number of milliseconds", v)
 		}
 		if ms > 0 {
 			t := time.NewTimer(time.Duration(ms) * time.Millisecond)
@@ -251,18 +321,18 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) signal(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.process(r)
+	pid, err := pidParam(r)
 	if err != nil {
 		return err
 	}
 	var req guestapi.SignalRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
-		return errdefs.New(errdefs.InvalidArgument, "body: %s", err.Error())
+	if err := decodeBody(w, r, maxSmallBody, &req); err != nil {
+		return err
 	}
 	if req.Signal < 1 || req.Signal > 64 {
 		return errdefs.New(errdefs.InvalidArgument, "signal: %d is outside 1..64", req.Signal)
 	}
-	if err := s.table.Signal(p.Pid(), syscall.Signal(req.Signal)); err != nil {
+	if err := s.table.Signal(pid, syscall.Signal(req.Signal)); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

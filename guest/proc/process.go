@@ -2,42 +2,84 @@ package proc
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
 	"os"
+	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/errdefs"
 )
 
-// Process is one started process and its kept output.
+const (
+	// readChunk is the most one read or one output event carries (a pipe
+	// holds 64 KiB).
+	readChunk = 64 << 10
+	// segmentCost bounds the order log: a process may have one segment per
+	// segmentCost bytes of its output bound, so the log never costs more
+	// memory than the output itself. Only output that switches stream every
+	// few bytes reaches it; what comes after is dropped as truncated.
+	segmentCost = 16
+)
+
+// Stream indexes.
+const (
+	stdout = 0
+	stderr = 1
+)
+
+// Process is one started process and the output it keeps. Its methods are
+// safe for concurrent use.
+//
+// The output is append-only: each stream's kept bytes in one buffer, bounded
+// by limit, and an order log of segments saying how the two interleave (a
+// segment is a run of one stream, so output written a byte at a time costs
+// no more than its bytes). Readers (Result, Subscribe) take what they need by
+// offset under mu and never write, so a slow reader never holds up the
+// process, its pipe readers or other readers.
 type Process struct {
 	pid     int
 	args    []string
 	started time.Time
-	limit   int64
-	exit    chan unix.WaitStatus // from the reaper
-	done    chan struct{}
+	limit   int64                // kept bytes per stream
+	exit    chan unix.WaitStatus // the reaper's one status for pid
+	done    chan struct{}        // closed once finished
 
 	mu        sync.Mutex
-	events    []guestapi.Event // output chunks, in order
-	kept      [2]int64
+	out       [2][]byte // kept output per stream; bytes below len never change
+	segs      []segment // order of the output, as read
 	truncated [2]bool
-	changed   chan struct{} // closed and replaced on every append or end
-	finished  bool
-	result    guestapi.Result
+	changed   chan struct{} // closed and replaced on every append and at the end
+	exited    bool          // the status arrived: no more signals by timer
 	timedOut  bool
+	finished  bool
+	result    guestapi.Result // without output; set when finished
+}
+
+// segment is a run of output from one stream, ending at an offset of that
+// stream's buffer; the last segment grows while its stream keeps writing.
+type segment struct {
+	stream int
+	end    int
 }
 
 func newProcess(args []string, limit int64) *Process {
-	return &Process{args: args, limit: limit, done: make(chan struct{}), changed: make(chan struct{}), started: time.Now()}
+	return &Process{
+		args: args, limit: limit, started: time.Now(),
+		exit: make(chan unix.WaitStatus, 1), done: make(chan struct{}), changed: make(chan struct{}),
+	}
 }
 
-// Pid is the process id inside the sandbox (0 for a program that never started).
+// Pid is the process id inside the sandbox; 0 for a program that never started.
 func (p *Process) Pid() int { return p.pid }
 
-// Done is closed when the process has ended and its output is complete.
+// Done is closed when the process has exited and its output is complete.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Running reports whether the process has not finished yet.
@@ -50,137 +92,131 @@ func (p *Process) Running() bool {
 	}
 }
 
-// Info describes the process; Result (with output) once finished.
-func (p *Process) Info() guestapi.ProcessInfo {
+// Info describes the process, with its Result (output included) once finished.
+func (p *Process) Info() guestapi.ProcessInfo { return p.info(true) }
+
+func (p *Process) info(output bool) guestapi.ProcessInfo {
 	info := guestapi.ProcessInfo{Pid: p.pid, Args: p.args, Running: p.Running(), StartedUnixMs: p.started.UnixMilli()}
 	if !info.Running {
-		r := p.Result()
+		r := p.outcome(output)
 		info.Result = &r
 	}
 	return info
 }
 
-// Result is how the process ended, with its kept output. Valid after Done.
-func (p *Process) Result() guestapi.Result {
+// Result says how the process ended, with its kept output. Valid after Done.
+func (p *Process) Result() guestapi.Result { return p.outcome(true) }
+
+func (p *Process) outcome(output bool) guestapi.Result {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.result
-	var out, errb []byte
-	for _, ev := range p.events {
-		if ev.Type == guestapi.EventStdout {
-			out = append(out, ev.Data...)
-		} else {
-			errb = append(errb, ev.Data...)
-		}
+	r.StdoutTruncated, r.StderrTruncated = p.truncated[stdout], p.truncated[stderr]
+	if !output {
+		return r
 	}
-	r.Stdout, r.Stderr = out, errb
-	r.StdoutTruncated, r.StderrTruncated = p.truncated[0], p.truncated[1]
+	if len(p.out[stdout]) > 0 {
+		r.Stdout = slices.Clone(p.out[stdout])
+	}
+	if len(p.out[stderr]) > 0 {
+		r.Stderr = slices.Clone(p.out[stderr])
+	}
 	return r
 }
 
-// notifyLocked wakes subscribers.
+func (p *Process) keptBytes() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int64(len(p.out[stdout]) + len(p.out[stderr]))
+}
+
+// Signal sends sig to the process's group while the process is not finished
+// (the group may outlive its leader: a background child keeps it).
+func (p *Process) Signal(sig syscall.Signal) error {
+	if p.pid == 0 || !p.Running() {
+		return errdefs.New(errdefs.Conflict, "process %d has exited", p.pid)
+	}
+	if err := unix.Kill(-p.pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("signal process group %d: %w", p.pid, err)
+	}
+	return nil
+}
+
+// notifyLocked wakes the subscribers; p.mu is held.
 func (p *Process) notifyLocked() {
 	close(p.changed)
 	p.changed = make(chan struct{})
 }
 
+// appendOutput keeps what fits of b; the rest is dropped.
 func (p *Process) appendOutput(stream int, b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	room := p.limit - p.kept[stream]
-	if int64(len(b)) > room {
+	buf := p.out[stream]
+	if room := int(p.limit) - len(buf); len(b) > room {
 		p.truncated[stream] = true
 		b = b[:max(room, 0)]
 	}
 	if len(b) == 0 {
 		return
 	}
-	p.kept[stream] += int64(len(b))
-	typ := guestapi.EventStdout
-	if stream == 1 {
-		typ = guestapi.EventStderr
-	}
-	p.events = append(p.events, guestapi.Event{Type: typ, Data: append([]byte(nil), b...)})
-	p.notifyLocked()
-}
-
-// finishWithoutStart ends a process that could not start.
-func (p *Process) finishWithoutStart(code int, msg string) {
-	p.appendOutput(1, []byte("berth: "+msg+"\n"))
-	p.mu.Lock()
-	p.result = guestapi.Result{ExitCode: code, StartError: msg}
-	p.finished = true
-	p.notifyLocked()
-	p.mu.Unlock()
-	close(p.done)
-}
-
-// run feeds stdin, drains output, enforces the timeout and records the end.
-func (p *Process) run(outR, errR, stdinW *os.File, stdin []byte, timeout time.Duration) {
-	var readers sync.WaitGroup
-	for i, r := range []*os.File{outR, errR} {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			buf := make([]byte, readChunk)
-			for {
-				n, err := r.Read(buf)
-				if n > 0 {
-					p.appendOutput(i, buf[:n])
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-	}
-	if stdinW != nil {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			stdinW.Write(stdin) // EPIPE when the process does not read: fine
-			stdinW.Close()
-		}()
-	}
-	var timer *time.Timer
-	if timeout > 0 {
-		timer = time.AfterFunc(timeout, func() {
-			p.mu.Lock()
-			p.timedOut = true
-			p.mu.Unlock()
-			unix.Kill(-p.pid, unix.SIGKILL)
-		})
-	}
-	ws := <-p.exit
-	if timer != nil {
-		timer.Stop()
-	}
-	end := time.Now()
-	// Give the pipes a moment to drain; a background child may hold them open.
-	drained := make(chan struct{})
-	go func() { readers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(exitGrace):
-		outR.SetReadDeadline(time.Now())
-		errR.SetReadDeadline(time.Now())
-		if stdinW != nil {
-			stdinW.Close()
+	n := len(p.segs)
+	if n == 0 || p.segs[n-1].stream != stream {
+		if int64(n) >= max(2*p.limit/segmentCost, 64) {
+			p.truncated[stream] = true
+			return
 		}
-		<-drained
+		p.segs = append(p.segs, segment{stream: stream})
+		n++
 	}
-	outR.Close()
-	errR.Close()
+	if len(buf)+len(b) > cap(buf) {
+		// Grow by doubling, but never past the bound.
+		grown := make([]byte, len(buf), min(max(2*cap(buf), len(buf)+len(b), 4096), int(p.limit)))
+		copy(grown, buf)
+		buf = grown
+	}
+	buf = append(buf, b...)
+	p.out[stream] = buf
+	p.segs[n-1].end = len(buf)
+	p.notifyLocked()
+}
 
+// cursor is a reader's place in the output.
+type cursor struct {
+	seg  int    // index of the segment being read
+	sent [2]int // bytes of each stream already read
+}
+
+// next returns up to most events of output after c and moves c past them.
+// done says that the process is finished and c has reached its end.
+func (p *Process) next(c *cursor, most int) (evs []guestapi.Event, done bool, changed <-chan struct{}) {
 	p.mu.Lock()
-	r := guestapi.Result{Pid: p.pid, TimedOut: p.timedOut, DurationMs: end.Sub(p.started).Milliseconds()}
-	switch {
-	case ws.Signaled():
-		r.Signal = int(ws.Signal())
-		r.ExitCode = 128 + r.Signal
-	default:
-		r.ExitCode = ws.ExitStatus()
+	defer p.mu.Unlock()
+	for c.seg < len(p.segs) && len(evs) < most {
+		sg := p.segs[c.seg]
+		for c.sent[sg.stream] < sg.end && len(evs) < most {
+			from := c.sent[sg.stream]
+			to := min(sg.end, from+readChunk)
+			typ := guestapi.EventStdout
+			if sg.stream == stderr {
+				typ = guestapi.EventStderr
+			}
+			// Written bytes never change: the event may share them.
+			evs = append(evs, guestapi.Event{Type: typ, Data: p.out[sg.stream][from:to:to]})
+			c.sent[sg.stream] = to
+		}
+		if c.sent[sg.stream] < sg.end || c.seg == len(p.segs)-1 {
+			break // out of room, or on the last segment, which may grow
+		}
+		c.seg++
 	}
+	caughtUp := len(p.segs) == 0 || (c.seg == len(p.segs)-1 && c.sent[p.segs[c.seg].stream] == p.segs[c.seg].end)
+	return evs, p.finished && caughtUp, p.changed
+}
+
+// end records the result and wakes everyone waiting.
+func (p *Process) end(r guestapi.Result) {
+	p.mu.Lock()
 	p.result = r
 	p.finished = true
 	p.notifyLocked()
@@ -188,20 +224,110 @@ func (p *Process) run(outR, errR, stdinW *os.File, stdin []byte, timeout time.Du
 	close(p.done)
 }
 
-// Subscribe streams the kept output from the start, then live output, then
-// an exit event (without output), and closes the channel. It stops early
-// when ctx ends. Subscribers never slow the process: they read the log.
+// failStart ends a process that could not start: like a shell, exit code
+// 127 (not found) or 126 (not executable), the reason also on stderr.
+func (p *Process) failStart(code int, msg string) {
+	p.appendOutput(stderr, []byte(msg+"\n"))
+	p.end(guestapi.Result{ExitCode: code, StartError: msg})
+}
+
+// expire is the timeout: it kills the group unless the process has exited.
+func (p *Process) expire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited {
+		return
+	}
+	p.timedOut = true
+	unix.Kill(-p.pid, unix.SIGKILL)
+}
+
+// run owns a started process until it is finished: it feeds stdin, drains
+// the output pipes, enforces the timeout, and records the end once the
+// reaper delivered the exit status and the pipes hit EOF (or exitGrace
+// passed after the exit).
+func (p *Process) run(outR, errR, stdinW *os.File, stdin []byte, timeout time.Duration) {
+	var pipes sync.WaitGroup
+	for stream, r := range []*os.File{outR, errR} {
+		pipes.Go(func() {
+			buf := make([]byte, readChunk)
+			for {
+				n, err := r.Read(buf)
+				if n > 0 {
+					p.appendOutput(stream, buf[:n]) // beyond the bound: read and dropped
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	if stdinW != nil {
+		pipes.Go(func() {
+			stdinW.Write(stdin) // EPIPE when the process does not read it all: fine
+			stdinW.Close()
+		})
+	}
+	var timer *time.Timer
+	if timeout > 0 {
+		timer = time.AfterFunc(timeout, p.expire)
+	}
+
+	ws := <-p.exit
+	exitedAt := time.Now()
+	p.mu.Lock()
+	p.exited = true
+	timedOut := p.timedOut
+	p.mu.Unlock()
+	if timer != nil {
+		timer.Stop()
+	}
+
+	drained := make(chan struct{})
+	go func() { pipes.Wait(); close(drained) }()
+	grace := time.NewTimer(exitGrace)
+	select {
+	case <-drained:
+	case <-grace.C:
+		// A background child holds a pipe: stop reading and writing now.
+		now := time.Now()
+		outR.SetReadDeadline(now)
+		errR.SetReadDeadline(now)
+		if stdinW != nil {
+			stdinW.SetWriteDeadline(now)
+		}
+		<-drained
+	}
+	grace.Stop()
+	outR.Close()
+	errR.Close()
+	if stdinW != nil {
+		stdinW.Close()
+	}
+
+	r := guestapi.Result{Pid: p.pid, TimedOut: timedOut, DurationMs: exitedAt.Sub(p.started).Milliseconds()}
+	if ws.Signaled() {
+		r.Signal = int(ws.Signal())
+		r.ExitCode = 128 + r.Signal
+	} else {
+		r.ExitCode = ws.ExitStatus()
+	}
+	p.end(r)
+}
+
+// Subscribe streams the kept output from the beginning, then live output,
+// then an exit event (its Result without output) once the process is
+// finished, and closes the channel after it; it also closes the channel,
+// early, when ctx ends. The sending goroutine lives until one of the two, so
+// a caller that stops reading must end ctx. Subscribers read the log by
+// index: a slow one holds up nobody else.
 func (p *Process) Subscribe(ctx context.Context) <-chan guestapi.Event {
 	ch := make(chan guestapi.Event)
 	go func() {
 		defer close(ch)
-		next := 0
+		var c cursor
 		for {
-			p.mu.Lock()
-			evs := p.events[next:]
-			finished := p.finished
-			changed := p.changed
-			p.mu.Unlock()
+			evs, done, changed := p.next(&c, 64)
 			for _, ev := range evs {
 				select {
 				case ch <- ev:
@@ -209,15 +335,15 @@ func (p *Process) Subscribe(ctx context.Context) <-chan guestapi.Event {
 					return
 				}
 			}
-			next += len(evs)
-			if finished {
-				r := p.Result()
-				r.Stdout, r.Stderr = nil, nil
+			if done {
 				select {
-				case ch <- guestapi.Event{Type: guestapi.EventExit, Pid: p.pid, Result: &r}:
+				case ch <- p.exitEvent():
 				case <-ctx.Done():
 				}
 				return
+			}
+			if len(evs) > 0 {
+				continue // there may be more already
 			}
 			select {
 			case <-changed:
@@ -229,16 +355,18 @@ func (p *Process) Subscribe(ctx context.Context) <-chan guestapi.Event {
 	return ch
 }
 
-// Snapshot returns the output kept so far and, if finished, the exit event.
+// Snapshot returns the output kept so far and, if the process is finished,
+// the exit event.
 func (p *Process) Snapshot() []guestapi.Event {
-	p.mu.Lock()
-	evs := append([]guestapi.Event(nil), p.events...)
-	finished := p.finished
-	p.mu.Unlock()
-	if finished {
-		r := p.Result()
-		r.Stdout, r.Stderr = nil, nil
-		evs = append(evs, guestapi.Event{Type: guestapi.EventExit, Pid: p.pid, Result: &r})
+	var c cursor
+	evs, done, _ := p.next(&c, math.MaxInt)
+	if done {
+		evs = append(evs, p.exitEvent())
 	}
 	return evs
+}
+
+func (p *Process) exitEvent() guestapi.Event {
+	r := p.outcome(false)
+	return guestapi.Event{Type: guestapi.EventExit, Pid: p.pid, Result: &r}
 }

@@ -2,19 +2,25 @@ package proc
 
 import (
 	"bufio"
+	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/berthsh/berth/errdefs"
 )
 
-// user is a resolved account inside the sandbox.
+// maxAccountFile bounds how much of /etc/passwd or /etc/group is read.
+const maxAccountFile = 4 << 20
+
+// user is an account inside the sandbox that a process runs as.
 type user struct {
-	name     string
-	uid, gid uint32
-	groups   []uint32
-	home     string
+	name string // "" for a uid without a passwd entry
+	home string
+	// cred is nil for the guest's own identity.
+	cred *syscall.Credential
 }
 
 type passwdEntry struct {
@@ -23,97 +29,127 @@ type passwdEntry struct {
 	home     string
 }
 
-// lookupUser resolves "" (the guest's own root), a name from /etc/passwd, a
-// numeric uid, or uid:gid.
+// lookupUser resolves a spec's user: "" is the guest's own uid and gid, a
+// name is looked up in the sandbox's /etc/passwd (supplementary groups from
+// /etc/group), "uid" or "uid:gid" is numeric (gid from passwd, else uid).
 func lookupUser(spec string) (user, error) {
 	if spec == "" {
-		spec = "0"
-	}
-	entries := readPasswd()
-	if uidS, gidS, ok := strings.Cut(spec, ":"); ok || isNumber(spec) {
-		uid, err := strconv.ParseUint(uidS, 10, 32)
-		if err != nil {
-			return user{}, errdefs.New(errdefs.InvalidArgument, "user: %q is not uid[:gid]", spec)
-		}
-		u := user{uid: uint32(uid), gid: uint32(uid), home: "/"}
-		for _, e := range entries {
-			if e.uid == u.uid {
-				u.name, u.gid, u.home = e.name, e.gid, e.home
-				break
-			}
-		}
-		if ok {
-			gid, err := strconv.ParseUint(gidS, 10, 32)
-			if err != nil {
-				return user{}, errdefs.New(errdefs.InvalidArgument, "user: %q is not uid[:gid]", spec)
-			}
-			u.gid = uint32(gid)
-		}
-		if u.name != "" {
-			u.groups = groupsOf(u.name, u.gid)
+		u := user{home: "/"}
+		if e, ok := passwdByUID(readPasswd(), uint32(os.Getuid())); ok {
+			u.name, u.home = e.name, homeOr(e.home)
 		}
 		return u, nil
 	}
-	for _, e := range entries {
-		if e.name == spec {
-			return user{name: e.name, uid: e.uid, gid: e.gid, home: e.home, groups: groupsOf(e.name, e.gid)}, nil
+	entries := readPasswd()
+	uidS, gidS, hasGID := strings.Cut(spec, ":")
+	uid, err := parseID(uidS)
+	if err != nil && !hasGID {
+		for _, e := range entries {
+			if e.name == spec {
+				return user{name: e.name, home: homeOr(e.home), cred: credential(e.name, e.uid, e.gid)}, nil
+			}
+		}
+		return user{}, errdefs.New(errdefs.InvalidArgument, "user: %q not found in the sandbox's /etc/passwd", spec)
+	}
+	if err != nil {
+		return user{}, errdefs.New(errdefs.InvalidArgument, "user: %q is neither a user name nor uid[:gid]", spec)
+	}
+	u, gid := user{home: "/"}, uid
+	if e, ok := passwdByUID(entries, uid); ok {
+		u.name, u.home, gid = e.name, homeOr(e.home), e.gid
+	}
+	if hasGID {
+		if gid, err = parseID(gidS); err != nil {
+			return user{}, errdefs.New(errdefs.InvalidArgument, "user: %q is neither a user name nor uid[:gid]", spec)
 		}
 	}
-	return user{}, errdefs.New(errdefs.InvalidArgument, "user: %q not found in the sandbox's /etc/passwd", spec)
+	u.cred = credential(u.name, uid, gid)
+	return u, nil
 }
 
-func isNumber(s string) bool {
-	_, err := strconv.ParseUint(s, 10, 32)
-	return err == nil
+// parseID parses a uid or gid; -1 (all ones) means "unchanged" to the kernel.
+func parseID(s string) (uint32, error) {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err == nil && n == math.MaxUint32 {
+		err = strconv.ErrRange
+	}
+	return uint32(n), err
+}
+
+func homeOr(home string) string {
+	if home == "" {
+		return "/"
+	}
+	return home
+}
+
+// credential is uid and gid with the supplementary groups /etc/group gives
+// name (none for a nameless uid: root's groups are never inherited).
+func credential(name string, uid, gid uint32) *syscall.Credential {
+	c := &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}
+	if name == "" {
+		return c
+	}
+	for _, fs := range readAccounts("/etc/group", 4) {
+		g, err := parseID(fs[2])
+		if err != nil || g == gid {
+			continue
+		}
+		for _, member := range strings.Split(fs[3], ",") {
+			if member == name {
+				c.Groups = append(c.Groups, g)
+				break
+			}
+		}
+	}
+	return c
+}
+
+func passwdByUID(entries []passwdEntry, uid uint32) (passwdEntry, bool) {
+	for _, e := range entries {
+		if e.uid == uid {
+			return e, true
+		}
+	}
+	return passwdEntry{}, false
 }
 
 func readPasswd() []passwdEntry {
-	f, err := os.Open("/etc/passwd")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
 	var out []passwdEntry
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Split(sc.Text(), ":")
-		if len(fs) < 7 {
-			continue
+	for _, fs := range readAccounts("/etc/passwd", 7) {
+		uid, err1 := parseID(fs[2])
+		gid, err2 := parseID(fs[3])
+		if err1 == nil && err2 == nil {
+			out = append(out, passwdEntry{name: fs[0], uid: uid, gid: gid, home: fs[5]})
 		}
-		uid, err1 := strconv.ParseUint(fs[2], 10, 32)
-		gid, err2 := strconv.ParseUint(fs[3], 10, 32)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		out = append(out, passwdEntry{name: fs[0], uid: uint32(uid), gid: uint32(gid), home: fs[5]})
 	}
 	return out
 }
 
-// groupsOf lists the primary gid and every /etc/group that names the user.
-func groupsOf(name string, primary uint32) []uint32 {
-	groups := []uint32{primary}
-	f, err := os.Open("/etc/group")
+// readAccounts returns the colon-separated lines of an account file that
+// have at least n fields. The file belongs to the sandbox, whose root may
+// have made it anything: it is opened without blocking (a FIFO would hang
+// the guest), must be a regular file, and is read up to maxAccountFile.
+func readAccounts(path string, n int) [][]string {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
-		return groups
+		return nil
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	var out [][]string
+	sc := bufio.NewScanner(io.LimitReader(f, maxAccountFile))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
-		fs := strings.Split(sc.Text(), ":")
-		if len(fs) < 4 {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
 			continue
 		}
-		gid, err := strconv.ParseUint(fs[2], 10, 32)
-		if err != nil || uint32(gid) == primary {
-			continue
-		}
-		for _, m := range strings.Split(fs[3], ",") {
-			if m == name {
-				groups = append(groups, uint32(gid))
-				break
-			}
+		if fs := strings.Split(line, ":"); len(fs) >= n {
+			out = append(out, fs)
 		}
 	}
-	return groups
+	return out
 }

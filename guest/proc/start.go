@@ -1,0 +1,284 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/errdefs"
+)
+
+// Start starts a process in its own process group. A program that cannot be
+// found or executed is not an error: the returned process has already ended
+// with exit code 127 or 126 and says why in StartError and on stderr. Errors
+// are invalid specs (errdefs.InvalidArgument naming the field), a table that
+// is closed (Unavailable), and a guest out of processes or memory
+// (ResourceExhausted).
+func (t *Table) Start(spec guestapi.ProcessSpec) (*Process, error) {
+	if err := validate(spec); err != nil {
+		return nil, err
+	}
+	u, err := lookupUser(spec.User)
+	if err != nil {
+		return nil, err
+	}
+	env := t.environment(spec.Env, u)
+	cwd, err := workDir(spec.Cwd, u.home)
+	if err != nil {
+		return nil, err
+	}
+	limit := spec.MaxOutputBytes
+	if limit == 0 {
+		limit = DefaultMaxOutput
+	}
+	p := newProcess(slices.Clone(spec.Args), min(limit, MaxOutput))
+
+	path, code, msg := lookPath(spec.Args[0], cwd, envValue(env, "PATH"))
+	if code != 0 {
+		p.failStart(code, msg)
+		return p, nil
+	}
+	if err := t.spawn(p, path, env, cwd, u, spec); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// spawn forks and execs p. Only descriptors 0, 1 and 2 reach the child:
+// every other descriptor of the guest is close-on-exec (Go opens all its
+// files so; the runtime's inherited ones are marked at start).
+func (t *Table) spawn(p *Process, path string, env []string, cwd string, u user, spec guestapi.ProcessSpec) error {
+	var stdinR, stdinW *os.File
+	var err error
+	if len(spec.Stdin) > 0 {
+		stdinR, stdinW, err = os.Pipe()
+	} else {
+		stdinR, err = os.Open(os.DevNull)
+	}
+	if err != nil {
+		return fmt.Errorf("stdin: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(stdinR, stdinW)
+		return fmt.Errorf("stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(stdinR, stdinW, outR, outW)
+		return fmt.Errorf("stderr pipe: %w", err)
+	}
+	attr := &syscall.ProcAttr{
+		Dir: cwd,
+		Env: env,
+		// Fd puts the child's ends in blocking mode, as programs expect.
+		Files: []uintptr{stdinR.Fd(), outW.Fd(), errW.Fd()},
+		Sys: &syscall.SysProcAttr{
+			Setpgid:    true, // its own group: timeouts and signals reach its children
+			Credential: u.cred,
+		},
+	}
+
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		closeAll(stdinR, stdinW, outR, outW, errR, errW)
+		return errdefs.New(errdefs.Unavailable, "the guest is shutting down")
+	}
+	p.started = time.Now()
+	pid, err := syscall.ForkExec(path, p.args, attr)
+	if err == nil {
+		p.pid = pid
+		t.registerLocked(p)
+	}
+	t.mu.Unlock()
+	closeAll(stdinR, outW, errW) // the child's ends
+
+	if err != nil {
+		closeAll(stdinW, outR, errR)
+		return startFailure(p, spec.Args[0], err)
+	}
+	go func() {
+		p.run(outR, errR, stdinW, spec.Stdin, time.Duration(spec.TimeoutMs)*time.Millisecond)
+		t.finish(p)
+	}()
+	return nil
+}
+
+// startFailure sorts out a failed fork or exec: a guest short of resources
+// or an argument list too long is an error; anything else ends p like a
+// shell would (127 for a missing file or interpreter, else 126).
+func startFailure(p *Process, name string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.ENOMEM):
+		return errdefs.Wrap(errdefs.ResourceExhausted, err, "start %q: %v", name, err)
+	case errors.Is(err, syscall.E2BIG):
+		return errdefs.Wrap(errdefs.InvalidArgument, err, "args: %v", err)
+	}
+	code := 126
+	if errors.Is(err, syscall.ENOENT) {
+		code = 127
+	}
+	p.failStart(code, fmt.Sprintf("exec: %q: %v", name, err))
+	return nil
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// validate rejects specs that cannot be started, naming the field.
+func validate(spec guestapi.ProcessSpec) error {
+	if len(spec.Args) == 0 {
+		return errdefs.New(errdefs.InvalidArgument, "args: empty; give at least the program")
+	}
+	if spec.Args[0] == "" {
+		return errdefs.New(errdefs.InvalidArgument, "args[0]: empty program name")
+	}
+	for i, a := range spec.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return errdefs.New(errdefs.InvalidArgument, "args[%d]: contains a NUL byte", i)
+		}
+	}
+	for i, e := range spec.Env {
+		if strings.IndexByte(e, 0) >= 0 {
+			return errdefs.New(errdefs.InvalidArgument, "env[%d]: contains a NUL byte", i)
+		}
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return errdefs.New(errdefs.InvalidArgument, "env[%d]: not KEY=VALUE", i)
+		}
+	}
+	if strings.IndexByte(spec.Cwd, 0) >= 0 {
+		return errdefs.New(errdefs.InvalidArgument, "cwd: contains a NUL byte")
+	}
+	if spec.Cwd != "" && !filepath.IsAbs(spec.Cwd) {
+		return errdefs.New(errdefs.InvalidArgument, "cwd: %q is not an absolute path", spec.Cwd)
+	}
+	if strings.IndexByte(spec.User, 0) >= 0 {
+		return errdefs.New(errdefs.InvalidArgument, "user: contains a NUL byte")
+	}
+	if spec.TimeoutMs < 0 || spec.TimeoutMs > int64(time.Duration(1<<63-1)/time.Millisecond) {
+		return errdefs.New(errdefs.InvalidArgument, "timeout_ms: %d is out of range", spec.TimeoutMs)
+	}
+	if spec.MaxOutputBytes < 0 {
+		return errdefs.New(errdefs.InvalidArgument, "max_output_bytes: %d is negative", spec.MaxOutputBytes)
+	}
+	return nil
+}
+
+// workDir is the spec's cwd, which must be a directory, or else the user's
+// home if it is one, or else "/".
+func workDir(cwd, home string) (string, error) {
+	if cwd == "" {
+		if isDir(home) {
+			return home, nil
+		}
+		return "/", nil
+	}
+	if !isDir(cwd) {
+		return "", errdefs.New(errdefs.InvalidArgument, "cwd: %q is not a directory in the sandbox", cwd)
+	}
+	return cwd, nil
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// environment is env with duplicate keys resolved (the last wins) and HOME,
+// USER, LOGNAME, PATH and HOSTNAME added where absent.
+func (t *Table) environment(env []string, u user) []string {
+	seen := make(map[string]bool, len(env)+5)
+	out := make([]string, 0, len(env)+5)
+	for _, e := range slices.Backward(env) {
+		k, _, _ := strings.Cut(e, "=")
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, e)
+		}
+	}
+	slices.Reverse(out)
+	for _, kv := range [][2]string{
+		{"HOME", u.home}, {"USER", u.name}, {"LOGNAME", u.name},
+		{"PATH", t.defaults.Path}, {"HOSTNAME", t.defaults.Hostname},
+	} {
+		if kv[1] != "" && !seen[kv[0]] {
+			out = append(out, kv[0]+"="+kv[1])
+		}
+	}
+	return out
+}
+
+func envValue(env []string, key string) string {
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath finds the program like a shell does: a name with a slash is
+// taken as a path (relative to cwd), any other is searched in pathEnv
+// (relative entries, too, against cwd). When the program cannot run it
+// returns the exit code, 127 (not found) or 126 (not executable), and why.
+func lookPath(name, cwd, pathEnv string) (path string, code int, msg string) {
+	if strings.Contains(name, "/") {
+		path = name
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(cwd, path)
+		}
+		if code, why := runnable(path); code != 0 {
+			return "", code, fmt.Sprintf("exec: %q: %s", name, why)
+		}
+		return path, 0, ""
+	}
+	denied := ""
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(cwd, dir) // "" is the current directory
+		}
+		p := filepath.Join(dir, name)
+		switch code, why := runnable(p); code {
+		case 0:
+			return p, 0, ""
+		case 126:
+			if denied == "" {
+				denied = why
+			}
+		}
+	}
+	if denied != "" {
+		return "", 126, fmt.Sprintf("exec: %q: %s", name, denied)
+	}
+	return "", 127, fmt.Sprintf("exec: %q: executable file not found in $PATH", name)
+}
+
+// runnable says whether path is an executable file: 0, 127 when there is
+// no such file, 126 when there is one that cannot be executed.
+func runnable(path string) (int, string) {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return 127, "no such file or directory"
+	case err != nil:
+		return 126, err.Error()
+	case fi.IsDir():
+		return 126, "is a directory"
+	case fi.Mode()&0o111 == 0:
+		return 126, "permission denied"
+	}
+	return 0, ""
+}
