@@ -345,3 +345,26 @@ func countProcs(cmdline string) int {
 	}
 	return n
 }
+
+// TestOutputOfARunningProcess reads a running process's output without
+// follow: what it printed so far, then a clean end (CLI `logs` without -f).
+func TestOutputOfARunningProcess(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "echo early; exec sleep 60"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		out, _, code := d.cli("", "logs", sb.ID, fmt.Sprint(p.Pid))
+		return code == 0 && out == "early\n"
+	})
+	out, errOut, code := d.cli("", "logs", sb.ID, fmt.Sprint(p.Pid))
+	if code != 0 || out != "early\n" {
+		t.Fatalf("logs of a running process: %q %q exit %d", out, errOut, code)
+	}
+}

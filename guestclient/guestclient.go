@@ -77,7 +77,7 @@ func (c *Client) Exec(ctx context.Context, spec guestapi.ProcessSpec) (*Stream, 
 	if err != nil {
 		return nil, err
 	}
-	return newStream(resp.Body), nil
+	return newStream(resp.Body, true), nil
 }
 
 // Start starts spec in the background.
@@ -111,7 +111,8 @@ func (c *Client) Output(ctx context.Context, pid int, follow bool) (*Stream, err
 	if err != nil {
 		return nil, err
 	}
-	return newStream(resp.Body), nil
+	// Without follow, the output of a running process ends with no exit event.
+	return newStream(resp.Body, follow), nil
 }
 
 // Wait waits for a process to end (timeout 0: no limit).
@@ -214,24 +215,30 @@ func guestError(id string, ge guestapi.Error, status int) error {
 
 // Stream reads NDJSON events from the guest.
 type Stream struct {
-	body io.ReadCloser
-	sc   *bufio.Scanner
-	done bool
+	body     io.ReadCloser
+	sc       *bufio.Scanner
+	done     bool
+	needExit bool // a clean end before the exit or error event is an error
 }
 
-func newStream(body io.ReadCloser) *Stream {
+func newStream(body io.ReadCloser, needExit bool) *Stream {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
-	return &Stream{body: body, sc: sc}
+	return &Stream{body: body, sc: sc, needExit: needExit}
 }
 
-// Next returns the next event; io.EOF after the terminal (exit or error) event.
+// Next returns the next event; io.EOF after the terminal (exit or error)
+// event, or at a clean end of a stream that owes none (unfollowed output).
 func (s *Stream) Next() (guestapi.Event, error) {
 	if s.done {
 		return guestapi.Event{}, io.EOF
 	}
 	if !s.sc.Scan() {
 		err := s.sc.Err()
+		if err == nil && !s.needExit {
+			s.done = true
+			return guestapi.Event{}, io.EOF
+		}
 		if err == nil {
 			err = io.ErrUnexpectedEOF
 		}
