@@ -490,8 +490,11 @@ func TestOOMKill(t *testing.T) {
 		t.Fatalf("hog ended with %v, want SIGKILL from the OOM killer", err)
 	}
 	st, err := g.Stats()
-	if err != nil || st.OOMKills < 1 || st.MemoryPeak > 32<<20 {
-		t.Fatalf("stats %+v %v, want an OOM kill and a peak within 32 MiB", st, err)
+	// The kernel's high-water mark may pass the limit by a few pages while
+	// it charges and reclaims; 256 KiB of slack still proves the 256 MiB
+	// allocation was stopped at the limit.
+	if err != nil || st.OOMKills < 1 || st.MemoryPeak > 32<<20+256<<10 {
+		t.Fatalf("stats %+v %v, want an OOM kill and a peak within 32 MiB (+256 KiB)", st, err)
 	}
 	if n, err := g.OOMKills(); err != nil || n != st.OOMKills {
 		t.Errorf("OOMKills %d %v, Stats %d", n, err, st.OOMKills)
