@@ -40,6 +40,37 @@ var schemaTypes = map[string]reflect.Type{
 	"ErrorResponse":         reflect.TypeFor[ErrorResponse](),
 	"VersionResponse":       reflect.TypeFor[VersionResponse](),
 	"SandboxEvent":          reflect.TypeFor[SandboxEvent](),
+	// The file API's types are the guest protocol's (api/files.go aliases them).
+	"FileInfo": reflect.TypeFor[FileInfo](),
+	"StatRequest": reflect.TypeFor[StatRequest](),
+	"ExistsResult": reflect.TypeFor[ExistsResult](),
+	"ListRequest": reflect.TypeFor[ListRequest](),
+	"ListResult": reflect.TypeFor[ListResult](),
+	"MkdirRequest": reflect.TypeFor[MkdirRequest](),
+	"MoveRequest": reflect.TypeFor[MoveRequest](),
+	"RemoveRequest": reflect.TypeFor[RemoveRequest](),
+	"ChmodRequest": reflect.TypeFor[ChmodRequest](),
+	"ChownRequest": reflect.TypeFor[ChownRequest](),
+	"ReadRequest": reflect.TypeFor[ReadRequest](),
+	"Line": reflect.TypeFor[Line](),
+	"ReadResult": reflect.TypeFor[ReadResult](),
+	"WriteRequest": reflect.TypeFor[WriteRequest](),
+	"EditRequest": reflect.TypeFor[EditRequest](),
+	"EditResult": reflect.TypeFor[EditResult](),
+	"GlobRequest": reflect.TypeFor[GlobRequest](),
+	"GlobResult": reflect.TypeFor[GlobResult](),
+	"GrepRequest": reflect.TypeFor[GrepRequest](),
+	"GrepMatch": reflect.TypeFor[GrepMatch](),
+	"GrepResult": reflect.TypeFor[GrepResult](),
+	"UploadFile": reflect.TypeFor[UploadFile](),
+	"UploadRequest": reflect.TypeFor[UploadRequest](),
+	"FileError": reflect.TypeFor[FileError](),
+	"FileResult": reflect.TypeFor[FileResult](),
+	"UploadResult": reflect.TypeFor[UploadResult](),
+	"DownloadRequest": reflect.TypeFor[DownloadRequest](),
+	"DownloadResult": reflect.TypeFor[DownloadResult](),
+	"ArchiveResult": reflect.TypeFor[ArchiveResult](),
+	"WatchEvent": reflect.TypeFor[WatchEvent](),
 }
 
 // wantRoutes is every operation the API has, in Routes' order.
@@ -52,8 +83,28 @@ var wantRoutes = []Route{
 	{"DELETE", "/v1/sandboxes/{id}"},
 	{"GET", "/v1/sandboxes/{id}"},
 	{"PATCH", "/v1/sandboxes/{id}"},
+	{"GET", "/v1/sandboxes/{id}/archive"},
+	{"PUT", "/v1/sandboxes/{id}/archive"},
 	{"GET", "/v1/sandboxes/{id}/events"},
 	{"POST", "/v1/sandboxes/{id}/exec"},
+	{"GET", "/v1/sandboxes/{id}/files"},
+	{"PUT", "/v1/sandboxes/{id}/files"},
+	{"POST", "/v1/sandboxes/{id}/fs/chmod"},
+	{"POST", "/v1/sandboxes/{id}/fs/chown"},
+	{"POST", "/v1/sandboxes/{id}/fs/download"},
+	{"POST", "/v1/sandboxes/{id}/fs/edit"},
+	{"POST", "/v1/sandboxes/{id}/fs/exists"},
+	{"POST", "/v1/sandboxes/{id}/fs/glob"},
+	{"POST", "/v1/sandboxes/{id}/fs/grep"},
+	{"POST", "/v1/sandboxes/{id}/fs/list"},
+	{"POST", "/v1/sandboxes/{id}/fs/mkdir"},
+	{"POST", "/v1/sandboxes/{id}/fs/move"},
+	{"POST", "/v1/sandboxes/{id}/fs/read"},
+	{"POST", "/v1/sandboxes/{id}/fs/remove"},
+	{"POST", "/v1/sandboxes/{id}/fs/stat"},
+	{"POST", "/v1/sandboxes/{id}/fs/upload"},
+	{"GET", "/v1/sandboxes/{id}/fs/watch"},
+	{"POST", "/v1/sandboxes/{id}/fs/write"},
 	{"POST", "/v1/sandboxes/{id}/keepalive"},
 	{"GET", "/v1/sandboxes/{id}/processes"},
 	{"POST", "/v1/sandboxes/{id}/processes"},
@@ -74,6 +125,31 @@ var enumConsts = []struct{ schema, property, member string }{
 	{"Sandbox", "state", "StateCreating"},
 	{"ExecEvent", "type", "EventStart"},
 	{"SandboxEvent", "type", "SandboxCreated"},
+	{"FileInfo", "type", "TypeFile"},
+	{"WatchEvent", "type", "WatchCreate"},
+}
+
+// typeFiles are the files that declare the API's wire types.
+var typeFiles = []string{"types.go", "guestapi/files.go"}
+
+// declaredStructs returns the exported struct types of typeFiles.
+func declaredStructs(t *testing.T) map[string]*ast.TypeSpec {
+	out := map[string]*ast.TypeSpec{}
+	for _, f := range typeFiles {
+		for k, v := range structDecls(parseGo(t, f)) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// declaredConsts returns the const blocks of typeFiles.
+func declaredConsts(t *testing.T) []map[string]string {
+	var out []map[string]string
+	for _, f := range typeFiles {
+		out = append(out, constBlocks(t, parseGo(t, f), "")...)
+	}
+	return out
 }
 
 const schemaPrefix = "#/components/schemas/"
@@ -455,27 +531,27 @@ func TestOpenAPIReturnsCopy(t *testing.T) {
 }
 
 func TestSchemaTableCoversTypes(t *testing.T) {
-	declared := structDecls(parseGo(t, "types.go"))
+	declared := declaredStructs(t)
 	if len(declared) == 0 {
 		t.Fatal("types.go declares no struct types")
 	}
 	inTable := map[string]bool{}
-	pkg := reflect.TypeFor[Sandbox]().PkgPath()
+	pkgs := []string{reflect.TypeFor[Sandbox]().PkgPath(), reflect.TypeFor[FileInfo]().PkgPath()}
 	for schema, typ := range schemaTypes {
-		if typ.PkgPath() != pkg || typ.Kind() != reflect.Struct {
-			t.Errorf("schemaTypes[%s] = %s, not a struct of package api", schema, typ)
+		if !slices.Contains(pkgs, typ.PkgPath()) || typ.Kind() != reflect.Struct {
+			t.Errorf("schemaTypes[%s] = %s, not a struct of package api or guestapi", schema, typ)
 		}
 		if inTable[typ.Name()] {
 			t.Errorf("schemaTypes lists %s twice", typ.Name())
 		}
 		inTable[typ.Name()] = true
 		if declared[typ.Name()] == nil {
-			t.Errorf("schemaTypes[%s] = %s, which types.go does not declare", schema, typ.Name())
+			t.Errorf("schemaTypes[%s] = %s, which %v do not declare", schema, typ.Name(), typeFiles)
 		}
 	}
 	for _, name := range sortedKeys(declared) {
-		if !inTable[name] {
-			t.Errorf("types.go declares struct %s, which schemaTypes (and openapi.yaml) lack", name)
+		if !inTable[name] && name != "Where" { // Where is embedded in every file request
+			t.Errorf("%v declare struct %s, which schemaTypes (and openapi.yaml) lack", typeFiles, name)
 		}
 	}
 	schemas := obj(at(loadDoc(t), "components", "schemas"))
@@ -531,7 +607,7 @@ func TestSchemasMatchGoTypes(t *testing.T) {
 
 func TestDescriptionsFollowDocComments(t *testing.T) {
 	schemas := obj(at(loadDoc(t), "components", "schemas"))
-	declared := structDecls(parseGo(t, "types.go"))
+	declared := declaredStructs(t)
 	for _, name := range sortedKeys(schemaTypes) {
 		typ := schemaTypes[name]
 		ts, s := declared[typ.Name()], obj(schemas[name])
@@ -567,7 +643,7 @@ func TestDescriptionsFollowDocComments(t *testing.T) {
 
 func TestEnumsMatchConstants(t *testing.T) {
 	doc := loadDoc(t)
-	blocks := constBlocks(t, parseGo(t, "types.go"), "")
+	blocks := declaredConsts(t)
 	values := func(block map[string]string) []string {
 		var out []string
 		for _, v := range block {
@@ -727,9 +803,14 @@ func TestOperations(t *testing.T) {
 			}
 
 			if rb := op["requestBody"]; rb != nil {
-				ref, _ := at(deref(t, doc, rb), "content", "application/json", "schema", "$ref").(string)
-				if !strings.HasPrefix(ref, schemaPrefix) {
-					t.Errorf("%s: request body is not application/json with a component schema", where)
+				content := obj(deref(t, doc, rb)["content"])
+				ref, _ := at(content, "application/json", "schema", "$ref").(string)
+				binary := false
+				for _, ct := range []string{"application/octet-stream", "application/x-tar"} {
+					binary = binary || at(content, ct, "schema", "format") == "binary"
+				}
+				if !strings.HasPrefix(ref, schemaPrefix) && !binary {
+					t.Errorf("%s: request body is neither application/json with a component schema nor binary", where)
 				}
 			}
 
@@ -748,8 +829,8 @@ func TestOperations(t *testing.T) {
 						t.Errorf("%s: %s without content", where, code)
 					}
 					if s := content["application/x-ndjson"]; s != nil {
-						if ref := at(s, "schema", "$ref"); ref != schemaPrefix+"ExecEvent" {
-							t.Errorf("%s: NDJSON items are %v, want ExecEvent", where, ref)
+						if ref := at(s, "schema", "$ref"); ref != schemaPrefix+"ExecEvent" && ref != schemaPrefix+"WatchEvent" {
+							t.Errorf("%s: NDJSON items are %v, want ExecEvent or WatchEvent", where, ref)
 						}
 					}
 					if s := content["text/event-stream"]; s != nil {

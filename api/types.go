@@ -194,6 +194,9 @@ type Error struct {
 	// Class is one of errdefs' classes: not_found, invalid_argument, conflict, ...
 	Class   string `json:"class"`
 	Message string `json:"message"`
+	// Reason refines the class for file errors: is_directory, not_directory,
+	// invalid_path, not_regular_file, no_space.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ErrorResponse wraps Error as the top-level body.

@@ -70,7 +70,9 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 		return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "berth URL %q", rawURL)
 	}
 	c := &Client{display: rawURL, userAgent: "berth-go"}
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	// No automatic gzip: file downloads ask for it explicitly (it costs
+	// more than it saves on loopback).
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, DisableCompression: true}
 	switch u.Scheme {
 	case "http", "https":
 		if u.Host == "" {
@@ -107,13 +109,22 @@ func (c *Client) URL() string { return c.display }
 
 func (c *Client) request(ctx context.Context, method, path string, query url.Values, in any) (*http.Response, error) {
 	var body io.Reader
+	var hdr http.Header
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return nil, err
 		}
 		body = bytes.NewReader(b)
+		hdr = http.Header{"Content-Type": {"application/json"}}
 	}
+	return c.requestRaw(ctx, method, path, query, body, hdr)
+}
+
+// requestRaw sends a request with a raw body (nil for none; its length is
+// taken from a *bytes.Reader, *bytes.Buffer or *strings.Reader, else the
+// body goes chunked) and extra headers.
+func (c *Client) requestRaw(ctx context.Context, method, path string, query url.Values, body io.Reader, hdr http.Header) (*http.Response, error) {
 	u := c.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
@@ -122,8 +133,8 @@ func (c *Client) request(ctx context.Context, method, path string, query url.Val
 	if err != nil {
 		return nil, err
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
@@ -164,7 +175,11 @@ func decodeError(resp *http.Response) error {
 	if errdefs.Known(body.Error.Class) {
 		class = errdefs.Class(body.Error.Class)
 	}
-	return errdefs.New(class, "%s", body.Error.Message)
+	err := errdefs.New(class, "%s", body.Error.Message)
+	if errdefs.KnownReason(body.Error.Reason) {
+		err = errdefs.WithReason(err, errdefs.Reason(body.Error.Reason))
+	}
+	return err
 }
 
 // classForStatus classifies an error answer without a JSON body (a proxy's

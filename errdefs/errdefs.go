@@ -99,6 +99,9 @@ func IsResourceExhausted(err error) bool {
 	return errors.Is(err, ResourceExhausted)
 }
 func IsUnavailable(err error) bool { return errors.Is(err, Unavailable) }
+func IsPermissionDenied(err error) bool {
+	return errors.Is(err, PermissionDenied)
+}
 
 // HTTPStatus maps a class to the status code used at the API edge.
 func HTTPStatus(c Class) int {
@@ -132,6 +135,53 @@ func Known(s string) bool {
 	switch Class(s) {
 	case NotFound, AlreadyExists, InvalidArgument, Conflict, ResourceExhausted,
 		PermissionDenied, Unauthenticated, Unavailable, DeadlineExceeded, NotImplemented, Internal:
+		return true
+	}
+	return false
+}
+
+// Reason refines a class for callers that map errors onto another
+// vocabulary (deepagents' file errors): "invalid_argument" with reason
+// "is_directory". It travels as the "reason" field of API errors.
+type Reason string
+
+// The reasons. Like classes, each is one a caller acts on.
+const (
+	IsDirectory    Reason = "is_directory"
+	NotDirectory   Reason = "not_directory"
+	InvalidPath    Reason = "invalid_path"
+	NotRegularFile Reason = "not_regular_file"
+	NoSpace        Reason = "no_space"
+)
+
+type reasoned struct {
+	error
+	reason Reason
+}
+
+func (e *reasoned) Unwrap() error { return e.error }
+
+// WithReason attaches a reason to a classified error.
+func WithReason(err error, r Reason) error {
+	if err == nil {
+		return nil
+	}
+	return &reasoned{error: err, reason: r}
+}
+
+// ReasonOf returns the first reason in err's chain, or "".
+func ReasonOf(err error) Reason {
+	var r *reasoned
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return ""
+}
+
+// KnownReason reports whether s names a reason (checked before believing a peer).
+func KnownReason(s string) bool {
+	switch Reason(s) {
+	case IsDirectory, NotDirectory, InvalidPath, NotRegularFile, NoSpace:
 		return true
 	}
 	return false

@@ -20,6 +20,7 @@ import (
 
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/capability"
+	"github.com/berthsh/berth/guest/files"
 	"github.com/berthsh/berth/guest/proc"
 	"github.com/berthsh/berth/internal/fds"
 	"github.com/berthsh/berth/seccomp"
@@ -69,7 +70,12 @@ func Main(ctx context.Context, log *slog.Logger) error {
 	// Off the create's critical path; new threads inherit the seccomp filter
 	// and the reduced capabilities of the thread that clones them.
 	go reserveThreads(threadReserve)
-	err = Serve(ctx, ln, cfg.Token, table, log)
+	fs, err := files.New("/")
+	if err != nil {
+		return err
+	}
+	defer fs.Close()
+	err = Serve(ctx, ln, cfg.Token, table, fs, log)
 	cancel()
 	table.Close()
 	<-reaped

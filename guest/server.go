@@ -17,6 +17,7 @@ import (
 
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/guest/files"
 	"github.com/berthsh/berth/guest/proc"
 )
 
@@ -31,7 +32,7 @@ const (
 // carry "Authorization: Bearer <token>" (401 otherwise). When ctx ends it
 // shuts the server down, giving open requests a short grace before their
 // connections are closed (an exec whose connection closes kills its process).
-func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table, log *slog.Logger) error {
+func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table, fs *files.Service, log *slog.Logger) error {
 	s := &server{auth: []byte("Bearer " + token), token: token, table: table, log: log}
 	mux := http.NewServeMux()
 	route := func(pattern string, h handler) { mux.Handle(pattern, s.wrap(h)) }
@@ -44,6 +45,7 @@ func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table,
 	route("GET "+guestapi.PathProcesses+"/{pid}/output", s.output)
 	route("POST "+guestapi.PathProcesses+"/{pid}/wait", s.wait)
 	route("POST "+guestapi.PathProcesses+"/{pid}/signal", s.signal)
+	routeFiles(route, fs)
 	route("/", s.noRoute)
 	srv := &http.Server{
 		Handler:           mux,
@@ -119,7 +121,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 
 func writeError(w http.ResponseWriter, err error) {
 	c := errdefs.ClassOf(err)
-	writeJSON(w, errdefs.HTTPStatus(c), guestapi.Error{Class: string(c), Message: errdefs.Message(err)})
+	writeJSON(w, errdefs.HTTPStatus(c), guestapi.Error{Class: string(c), Message: errdefs.Message(err), Reason: string(errdefs.ReasonOf(err))})
 }
 
 // decodeBody reads a JSON body of at most limit bytes into v, to its end:
@@ -152,7 +154,7 @@ func (s *server) hello(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, guestapi.HelloResponse{
 		Protocol:    guestapi.Protocol,
 		MinProtocol: guestapi.MinProtocol,
-		Features:    []string{"exec", "processes"},
+		Features:    []string{"exec", "processes", "files"},
 		Proof:       guestapi.Proof(s.token, nonce),
 	})
 }

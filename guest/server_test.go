@@ -19,6 +19,7 @@ import (
 
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/guest/files"
 	"github.com/berthsh/berth/guest/proc"
 )
 
@@ -44,7 +45,12 @@ func serve(tb testing.TB) *guestConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	reaped, served := make(chan error, 1), make(chan error, 1)
 	go func() { reaped <- table.Run(ctx) }()
-	go func() { served <- Serve(ctx, l, testToken, table, log) }()
+	fs, err := files.New(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { fs.Close() })
+	go func() { served <- Serve(ctx, l, testToken, table, fs, log) }()
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
@@ -187,7 +193,7 @@ func TestHello(t *testing.T) {
 	var h guestapi.HelloResponse
 	decode(t, resp, http.StatusOK, &h)
 	if h.Proof != guestapi.Proof(testToken, nonce) || h.Protocol != guestapi.Protocol || h.MinProtocol != guestapi.MinProtocol ||
-		!slices.Equal(h.Features, []string{"exec", "processes"}) {
+		!slices.Equal(h.Features, []string{"exec", "processes", "files"}) {
 		t.Fatalf("hello: %+v", h)
 	}
 	for _, bad := range []string{"", "short", strings.Repeat("n", 129)} {

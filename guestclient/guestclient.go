@@ -210,7 +210,11 @@ func guestError(id string, ge guestapi.Error, status int) error {
 	if class == errdefs.Internal {
 		return fmt.Errorf("sandbox %s: guest: %s", id, msg)
 	}
-	return errdefs.New(class, "%s", msg)
+	err := errdefs.New(class, "%s", msg)
+	if errdefs.KnownReason(ge.Reason) {
+		err = errdefs.WithReason(err, errdefs.Reason(ge.Reason))
+	}
+	return err
 }
 
 // Stream reads NDJSON events from the guest.

@@ -67,6 +67,7 @@ func New(m *sandbox.Manager, log *slog.Logger) *Server {
 	s.handle("GET /v1/sandboxes/{id}/processes/{pid}/output", s.processOutput)
 	s.handle("POST /v1/sandboxes/{id}/processes/{pid}/wait", s.waitProcess)
 	s.handle("POST /v1/sandboxes/{id}/processes/{pid}/signal", s.signalProcess)
+	s.routeFiles()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.New(errdefs.NotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
@@ -141,12 +142,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 
 func writeError(w http.ResponseWriter, err error) {
 	class := errdefs.ClassOf(err)
-	writeJSON(w, errdefs.HTTPStatus(class), api.ErrorResponse{Error: api.Error{Class: string(class), Message: errdefs.Message(err)}})
+	writeJSON(w, errdefs.HTTPStatus(class), api.ErrorResponse{Error: api.Error{
+		Class: string(class), Message: errdefs.Message(err), Reason: string(errdefs.ReasonOf(err))}})
 }
 
 // decode reads a JSON body strictly: unknown fields are an error naming them.
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+func decode(r *http.Request, v any) error { return decodeLimit(r, v, maxBody) }
+
+// decodeLimit is decode with a bound of its own.
+func decodeLimit(r *http.Request, v any, limit int64) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {

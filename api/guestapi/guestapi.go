@@ -119,6 +119,7 @@ type SignalRequest struct {
 type Error struct {
 	Class   string `json:"class"`
 	Message string `json:"message"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // InitConfig is what the native runtime hands the guest on its config pipe

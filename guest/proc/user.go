@@ -153,3 +153,76 @@ func readAccounts(path string, n int) [][]string {
 	}
 	return out
 }
+
+// Account is a user inside the sandbox that a file operation acts as.
+type Account struct {
+	Name string
+	Home string
+	// Self is the guest's own identity (root inside); UID, GID and Groups
+	// are then unused.
+	Self   bool
+	UID    uint32
+	GID    uint32
+	Groups []uint32
+}
+
+// LookupAccount resolves spec as a process's user would be ("" is the
+// guest itself).
+func LookupAccount(spec string) (Account, error) {
+	u, err := lookupUser(spec)
+	if err != nil {
+		return Account{}, err
+	}
+	a := Account{Name: u.name, Home: u.home, Self: u.cred == nil}
+	if u.cred != nil {
+		a.UID, a.GID, a.Groups = u.cred.Uid, u.cred.Gid, u.cred.Groups
+	}
+	return a, nil
+}
+
+// Names maps uids and gids to the names in the sandbox's /etc/passwd and
+// /etc/group.
+func Names() (users, groups map[uint32]string) {
+	users, groups = map[uint32]string{}, map[uint32]string{}
+	for _, e := range readPasswd() {
+		if _, ok := users[e.uid]; !ok {
+			users[e.uid] = e.name
+		}
+	}
+	for _, fs := range readAccounts("/etc/group", 3) {
+		if g, err := parseID(fs[2]); err == nil {
+			if _, ok := groups[g]; !ok {
+				groups[g] = fs[0]
+			}
+		}
+	}
+	return users, groups
+}
+
+// LookupOwner parses an owner spec for chown: "name", "uid", "name:group" or
+// "uid:gid" (a user alone takes its passwd group).
+func LookupOwner(spec string) (uid, gid uint32, err error) {
+	userS, groupS, hasGroup := strings.Cut(spec, ":")
+	u, err := lookupUser(userS)
+	if err != nil || u.cred == nil {
+		if err == nil {
+			err = errdefs.New(errdefs.InvalidArgument, "owner: %q names no user", spec)
+		}
+		return 0, 0, err
+	}
+	uid, gid = u.cred.Uid, u.cred.Gid
+	if !hasGroup {
+		return uid, gid, nil
+	}
+	if g, perr := parseID(groupS); perr == nil {
+		return uid, g, nil
+	}
+	for _, fs := range readAccounts("/etc/group", 3) {
+		if fs[0] == groupS {
+			if g, perr := parseID(fs[2]); perr == nil {
+				return uid, g, nil
+			}
+		}
+	}
+	return 0, 0, errdefs.New(errdefs.InvalidArgument, "owner: group %q not found in the sandbox's /etc/group", groupS)
+}
