@@ -47,6 +47,7 @@ func AddCommands(root *cobra.Command) {
 		inspectCommand(connect), rmCommand(connect), psCommand(connect), killCommand(connect), logsCommand(connect),
 		stopCommand(connect), startCommand(connect), labelCommand(connect), getOrCreateCommand(connect),
 		statsCommand(connect), updateCommand(connect), eventsCommand(connect),
+		cpCommand(connect), fsCommand(connect),
 	)
 }
 

@@ -309,3 +309,80 @@ func TestFileWatch(t *testing.T) {
 		t.Fatalf("watch of a missing path: %v", err)
 	}
 }
+
+func TestCLICopyAndFS(t *testing.T) {
+	d := startDaemon(t, "")
+	id := newSandbox(t, d)
+	local := t.TempDir()
+	src := filepath.Join(local, "src")
+	os.MkdirAll(filepath.Join(src, "sub"), 0o755)
+	os.WriteFile(filepath.Join(src, "a.txt"), []byte("alpha\n"), 0o600)
+	os.WriteFile(filepath.Join(src, "sub", "b.txt"), []byte("beta\n"), 0o644)
+	os.Symlink("a.txt", filepath.Join(src, "link"))
+
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		out, errOut, code := d.cli(stdin, args...)
+		if code != 0 {
+			t.Fatalf("berth %v: exit %d: %s", args, code, errOut)
+		}
+		return out
+	}
+	// A file into an existing directory, keeping its mode; a tree to a new name.
+	run("", "cp", filepath.Join(src, "a.txt"), id+":/home/user")
+	run("", "cp", src, id+":copied")
+	out := run("", "exec", id, "--", "sh", "-c", "stat -c '%a %U' a.txt; cat copied/sub/b.txt; readlink copied/link")
+	if out != "600 user\nbeta\na.txt\n" {
+		t.Fatalf("inside after cp in: %q", out)
+	}
+	// Out again: a tree into an existing directory, a file to a new name, a tar to stdout.
+	back := t.TempDir()
+	run("", "cp", id+":copied", back)
+	run("", "cp", id+":/home/user/a.txt", filepath.Join(back, "renamed.txt"))
+	if b, _ := os.ReadFile(filepath.Join(back, "copied", "sub", "b.txt")); string(b) != "beta\n" {
+		t.Fatalf("cp out tree: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(back, "renamed.txt")); string(b) != "alpha\n" {
+		t.Fatalf("cp out file: %q", b)
+	}
+	tarOut := run("", "cp", id+":copied", "-")
+	tr := tar.NewReader(strings.NewReader(tarOut))
+	var names []string
+	for h, err := tr.Next(); err == nil; h, err = tr.Next() {
+		names = append(names, h.Name)
+	}
+	if strings.Join(names, " ") != "copied/ copied/a.txt copied/link copied/sub/ copied/sub/b.txt" {
+		t.Fatalf("tar to stdout: %v", names)
+	}
+	run(tarOut, "cp", "-", id+":/tmp/fromtar")
+	if out := run("", "fs", "cat", id, "/tmp/fromtar/copied/a.txt"); out != "alpha\n" {
+		t.Fatalf("cp - then fs cat: %q", out)
+	}
+	// fs subcommands.
+	run("", "fs", "mkdir", "-p", id, "x/y/z")
+	run("", "fs", "mv", id, "x/y", "x/w")
+	if out := run("", "fs", "ls", "-d", "2", id, "x"); !strings.Contains(out, "/home/user/x/w/z") || !strings.HasPrefix(out, "drwxr-xr-x") {
+		t.Fatalf("fs ls: %q", out)
+	}
+	run("", "fs", "rm", "-r", id, "x")
+	if _, errOut, code := d.cli("", "fs", "stat", id, "x"); code != 1 || !strings.Contains(errOut, "/home/user/x") {
+		t.Fatalf("fs stat of a removed path: %d %q", code, errOut)
+	}
+	if _, errOut, code := d.cli("", "cp", "a", "b"); code == 0 || !strings.Contains(errOut, "ID:PATH") {
+		t.Fatalf("cp without a sandbox side: %d %q", code, errOut)
+	}
+
+	// A hostile sandbox's tar cannot write outside the local destination.
+	evil := t.TempDir()
+	run("", "exec", "-u", "root", id, "--", "sh", "-c", "mkdir -p /tmp/evil && ln -s "+evil+"/.. /tmp/evil/up && ln -s / /tmp/evil/root")
+	dest := t.TempDir()
+	run("", "cp", id+":/tmp/evil", dest)
+	if l, _ := os.Readlink(filepath.Join(dest, "evil", "up")); l != evil+"/.." {
+		t.Fatalf("symlink not kept as a symlink: %q", l)
+	}
+	// A second copy over the first writes through nothing.
+	run("", "cp", id+":/tmp/evil", dest)
+	if ents, _ := os.ReadDir(filepath.Dir(evil)); len(ents) == 0 {
+		t.Fatal("parent of the destination emptied")
+	}
+}
