@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,7 +73,9 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	c := &Client{display: rawURL, userAgent: "berth-go"}
 	// No automatic gzip: file downloads ask for it explicitly (it costs
 	// more than it saves on loopback).
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, DisableCompression: true}
+	// Large write buffers: file uploads move gigabytes through them.
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
+		WriteBufferSize: 256 << 10, ReadBufferSize: 64 << 10}
 	switch u.Scheme {
 	case "http", "https":
 		if u.Host == "" {
@@ -133,6 +136,9 @@ func (c *Client) requestRaw(ctx context.Context, method, path string, query url.
 	if err != nil {
 		return nil, err
 	}
+	if n := lengthOf(body); n > 0 {
+		req.ContentLength = n // sent with Content-Length, not chunked (and a file by sendfile)
+	}
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
@@ -158,6 +164,22 @@ func (c *Client) requestRaw(ctx context.Context, method, path string, query url.
 		return nil, decodeError(resp)
 	}
 	return resp, nil
+}
+
+// lengthOf is a body's length when it knows it (a regular file, or a reader
+// with Len), else -1.
+func lengthOf(body io.Reader) int64 {
+	switch b := body.(type) {
+	case interface{ Len() int }:
+		return int64(b.Len())
+	case *os.File:
+		if st, err := b.Stat(); err == nil && st.Mode().IsRegular() {
+			if off, err := b.Seek(0, io.SeekCurrent); err == nil {
+				return st.Size() - off
+			}
+		}
+	}
+	return -1
 }
 
 // decodeError turns an error response into a classified error.

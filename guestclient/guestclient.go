@@ -28,6 +28,9 @@ const (
 	maxErrorText = 1024
 )
 
+// socketBuffer is the send buffer of a connection to the guest.
+const socketBuffer = 4 << 20
+
 // Client talks to one guest.
 type Client struct {
 	id    string
@@ -38,10 +41,18 @@ type Client struct {
 // New returns a client that dials the guest with dial and authenticates with token.
 func New(id, token string, dial func(ctx context.Context) (net.Conn, error)) *Client {
 	tr := &http.Transport{
-		DialContext:           func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			conn, err := dial(ctx)
+			if b, ok := conn.(interface{ SetWriteBuffer(int) error }); ok && err == nil {
+				b.SetWriteBuffer(socketBuffer) // fewer, larger copies for file uploads
+			}
+			return conn, err
+		},
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true,
+		WriteBufferSize:       256 << 10, // file uploads pass through
+		ReadBufferSize:        64 << 10,
 		ResponseHeaderTimeout: 0,
 	}
 	return &Client{id: id, token: token, http: &http.Client{Transport: tr}}

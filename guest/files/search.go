@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"iter"
 	"os"
 	"path"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -325,24 +327,45 @@ func (s *Service) Grep(req guestapi.GrepRequest) (guestapi.GrepResult, error) {
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			if st.Mode&unix.S_IFMT == unix.S_IFREG {
-				g.searchFile(f, p)
+				g.searchFile(int(f.Fd()), p)
 			}
 			return nil
 		}
-		// The walk lists files; workers, each acting as the caller, search
-		// them through descriptors relative to the searched directory.
+		// With one P (the guest's default) one thread searches as it walks,
+		// opening each file by name in its directory without following it:
+		// handing the P between locked threads at every system call costs more
+		// than it overlaps. With more, the walk lists files and workers, each
+		// acting as the caller, open them beneath the searched directory.
+		base := len(strings.TrimSuffix(p, "/")) + 1
+		keep := func(full string, typ os.FileMode) bool {
+			return typ.IsRegular() && (filter == nil || filter.matchFile(full[base:]))
+		}
+		workers := min(grepWorkers, runtime.GOMAXPROCS(0))
+		if workers <= 1 {
+			return walk(f, p, 64, func(dir int, name, full string, typ os.FileMode) (bool, error) {
+				if g.full() {
+					return false, errStop
+				}
+				if keep(full, typ) {
+					if fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+						g.searchFile(fd, full)
+						unix.Close(fd)
+					}
+				}
+				return true, nil
+			})
+		}
 		var rels []string
 		err = walk(f, p, 64, func(_ int, name, full string, typ os.FileMode) (bool, error) {
-			rel := full[len(strings.TrimSuffix(p, "/"))+1:]
-			if typ.IsRegular() && (filter == nil || filter.matchFile(rel)) {
-				rels = append(rels, rel)
+			if keep(full, typ) {
+				rels = append(rels, full[base:])
 			}
 			return true, nil
 		})
 		if err != nil {
 			return err
 		}
-		g.searchAll(int(f.Fd()), p, rels, func(fn func()) { as(c.acc, func() error { fn(); return nil }) })
+		g.searchAll(int(f.Fd()), p, rels, min(workers, len(rels)), func(fn func()) { as(c.acc, func() error { fn(); return nil }) })
 		return nil
 	})
 	return g.result(), err
@@ -381,27 +404,23 @@ func (g *grep) full() bool {
 	return g.truncated
 }
 
-// searchAll searches files relative to base with a few workers, each run
-// by runAs so that it acts as the caller.
-func (g *grep) searchAll(base int, p string, rels []string, runAs func(func())) {
-	next := make(chan string)
+// searchAll searches files relative to base with workers, each run by
+// runAs so that it acts as the caller.
+func (g *grep) searchAll(base int, p string, rels []string, workers int, runAs func(func())) {
+	next := make(chan string, 256)
 	var wg sync.WaitGroup
-	for range min(grepWorkers, len(rels)) {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			runAs(func() {
-				for rel := range next {
-					how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-						Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-					fd, err := unix.Openat2(base, rel, &how)
-					if err != nil {
-						continue
+				g.searchRels(base, p, func(yield func(string) bool) {
+					for rel := range next {
+						if !yield(rel) {
+							return
+						}
 					}
-					f := os.NewFile(uintptr(fd), rel)
-					g.searchFile(f, path.Join(p, rel))
-					f.Close()
-				}
+				})
 			})
 		}()
 	}
@@ -415,18 +434,37 @@ func (g *grep) searchAll(base int, p string, rels []string, runAs func(func())) 
 	wg.Wait()
 }
 
+// searchRels searches files relative to base, opened beneath it without
+// following any symlink, until the matches are full.
+func (g *grep) searchRels(base int, p string, rels iter.Seq[string]) {
+	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	for rel := range rels {
+		if g.full() {
+			continue // drain
+		}
+		fd, err := unix.Openat2(base, rel, &how)
+		if err != nil {
+			continue
+		}
+		g.searchFile(fd, path.Join(p, rel))
+		unix.Close(fd)
+	}
+}
+
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
 // searchFile searches one regular file (at most MaxTextBytes of it),
-// skipping binary files.
-func (g *grep) searchFile(f *os.File, p string) {
+// skipping binary files. It reads the descriptor directly: an *os.File
+// would cost system calls to learn it cannot use the poller.
+func (g *grep) searchFile(fd int, p string) {
 	var st unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	buf, err := readAll(f, (*bp)[:0], guestapi.MaxTextBytes)
+	buf, err := readFD(fd, (*bp)[:0], min(st.Size+1, guestapi.MaxTextBytes))
 	*bp = buf[:0]
 	if err != nil {
 		return
@@ -507,6 +545,31 @@ func readAll(f *os.File, buf []byte, limit int64) ([]byte, error) {
 		if err != nil {
 			return buf, err
 		}
+	}
+	return buf, nil
+}
+
+// readFD reads fd into buf up to limit bytes.
+func readFD(fd int, buf []byte, limit int64) ([]byte, error) {
+	for int64(len(buf)) < limit {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		end := cap(buf)
+		if int64(end) > limit {
+			end = int(limit)
+		}
+		n, err := unix.Read(fd, buf[len(buf):end])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return buf, err
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
 	}
 	return buf, nil
 }
