@@ -76,7 +76,7 @@ func BenchmarkDownload1GiB(b *testing.B) {
 }
 
 // BenchmarkGrep10kFiles measures grep over a tree of 10,000 source-like
-// files (about 40 MiB) in a sandbox, through the public API.
+// files (about 33 MiB) in a sandbox, through the public API.
 func BenchmarkGrep10kFiles(b *testing.B) {
 	d := startDaemon(b, "")
 	ctx := context.Background()
