@@ -386,3 +386,20 @@ func TestCLICopyAndFS(t *testing.T) {
 		t.Fatal("parent of the destination emptied")
 	}
 }
+
+// TestUploadOverFullDisk fills a size-limited file system inside the
+// sandbox (its 64 MiB /dev/shm tmpfs) with an upload: resource_exhausted,
+// reason no_space, and no partial file left behind.
+func TestUploadOverFullDisk(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	id := newSandbox(t, d)
+	_, err := d.client.Upload(ctx, id, "/dev/shm/big", &zeros{n: 100 << 20}, client.FileOptions{})
+	if !errdefs.IsResourceExhausted(err) || errdefs.ReasonOf(err) != errdefs.NoSpace || !strings.Contains(err.Error(), "/dev/shm/big") {
+		t.Fatalf("upload over a full disk: %v (reason %q)", err, errdefs.ReasonOf(err))
+	}
+	r, err := d.client.Exec(ctx, id, api.ExecRequest{Shell: "ls -A /dev/shm | wc -l; df -k /dev/shm | tail -1 | awk '{print $3}'"})
+	if err != nil || string(r.Stdout) != "0\n0\n" {
+		t.Fatalf("after the failed upload: %q %v", r.Stdout, err)
+	}
+}
