@@ -46,6 +46,9 @@ type Limits struct {
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	// Pids is the maximum number of tasks (processes and threads).
 	Pids int64 `json:"pids,omitempty"`
+	// DiskBytes is the size of the writable layer's own file system: a full
+	// one is ENOSPC inside the sandbox. Set at create; it can only grow.
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.

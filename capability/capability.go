@@ -167,3 +167,13 @@ func Restrict(keep []Cap) error {
 	}
 	return nil
 }
+
+// Effective reports whether the calling thread has c in its effective set.
+func Effective(c Cap) (bool, error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false, fmt.Errorf("capget: %w", err)
+	}
+	return data[c/32].Effective&(1<<(uint(c)%32)) != 0, nil
+}

@@ -140,11 +140,12 @@ func parsePairs(flag string, items []string) (map[string]string, error) {
 	return m, nil
 }
 
-// limitFlags are --memory, --cpus and --pids, for create, run and update.
+// limitFlags are --memory, --cpus, --pids and --disk, for create, run and update.
 type limitFlags struct {
 	memory string
 	cpus   float64
 	pids   int64
+	disk   string
 }
 
 func (f *limitFlags) add(cmd *cobra.Command) {
@@ -152,6 +153,7 @@ func (f *limitFlags) add(cmd *cobra.Command) {
 	fl.StringVarP(&f.memory, "memory", "m", "", "memory limit, e.g. 512M or 2G")
 	fl.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores, e.g. 0.5")
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
+	fl.StringVar(&f.disk, "disk", "", "size of the writable layer's own disk, e.g. 1G (grows only)")
 }
 
 func (f *limitFlags) value() (api.Limits, error) {
@@ -166,6 +168,12 @@ func (f *limitFlags) value() (api.Limits, error) {
 		var err error
 		if l.MemoryBytes, err = ParseSize(f.memory); err != nil {
 			return l, fmt.Errorf("--memory: %w", err)
+		}
+	}
+	if f.disk != "" {
+		var err error
+		if l.DiskBytes, err = ParseSize(f.disk); err != nil {
+			return l, fmt.Errorf("--disk: %w", err)
 		}
 	}
 	return l, nil

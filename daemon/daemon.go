@@ -3,6 +3,8 @@
 package daemon
 
 import (
+	"golang.org/x/sys/unix"
+
 	"context"
 	"errors"
 	"fmt"
@@ -109,7 +111,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		return nil, fmt.Errorf("default runtime %q cannot run on this host (see the log above)", cfg.DefaultRuntime)
 	}
 	m, err := sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, DefaultLimits: cfg.DefaultLimits,
-		DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool}, st, d.Runtimes, log)
+		DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool, DiskCapacity: capacity(cfg.StateDir)}, st, d.Runtimes, log)
 	if err != nil {
 		return nil, err
 	}
@@ -183,4 +185,13 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// capacity is the size of the file system holding dir (0 if unknown).
+func capacity(dir string) int64 {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil {
+		return 0
+	}
+	return int64(st.Blocks) * st.Bsize
 }

@@ -98,7 +98,8 @@ func IsConflict(err error) bool        { return errors.Is(err, Conflict) }
 func IsResourceExhausted(err error) bool {
 	return errors.Is(err, ResourceExhausted)
 }
-func IsUnavailable(err error) bool { return errors.Is(err, Unavailable) }
+func IsUnavailable(err error) bool    { return errors.Is(err, Unavailable) }
+func IsNotImplemented(err error) bool { return errors.Is(err, NotImplemented) }
 func IsPermissionDenied(err error) bool {
 	return errors.Is(err, PermissionDenied)
 }

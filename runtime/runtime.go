@@ -26,6 +26,9 @@ type Limits struct {
 	CPUs        float64
 	MemoryBytes int64
 	Pids        int64
+	// DiskBytes bounds the writable layer; a runtime that cannot bound it
+	// refuses a non-zero value.
+	DiskBytes int64
 }
 
 // Instance is a running sandbox as its runtime hands it to the manager.

@@ -209,7 +209,16 @@ func (m *Manager) setLimits(ctx context.Context, rec store.Sandbox, l api.Limits
 	if l.Pids != 0 {
 		spec.Limits.Pids = l.Pids
 	}
-	if err := validateLimits(spec.Limits); err != nil {
+	if l.DiskBytes != 0 {
+		if spec.Limits.DiskBytes == 0 {
+			return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: sandbox %s was created without a disk limit; one cannot be added to a running sandbox", rec.ID)
+		}
+		if l.DiskBytes < spec.Limits.DiskBytes {
+			return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: %d is outside %d..%d (a disk only grows)", l.DiskBytes, spec.Limits.DiskBytes, m.cfg.DiskCapacity)
+		}
+		spec.Limits.DiskBytes = l.DiskBytes
+	}
+	if err := validateLimits(spec.Limits, m.cfg.DiskCapacity); err != nil {
 		return err
 	}
 	if err := upd.SetLimits(ctx, rec.ID, runtime.Limits(spec.Limits)); err != nil {

@@ -38,6 +38,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// Now is the manager's clock (default time.Now); tests inject one.
 	Now func() time.Time
+	// DiskCapacity is the size of the file system that holds sandboxes'
+	// writable layers: the largest disk limit (0: unknown, not checked).
+	DiskCapacity int64
 }
 
 // TimeoutDefaults are the daemon's default timeouts; zero turns one off.

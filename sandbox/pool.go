@@ -112,7 +112,8 @@ func (m *Manager) fillOne(ctx context.Context) error {
 
 // takePooled hands out a pooled sandbox for req, if req fits the pool.
 func (m *Manager) takePooled(req api.CreateSandboxRequest) (string, bool) {
-	if m.pool.size == 0 || req.Image != "host" || req.Runtime != m.cfg.DefaultRuntime {
+	// A disk limit is a file system made at create: pooled sandboxes have none.
+	if m.pool.size == 0 || req.Image != "host" || req.Runtime != m.cfg.DefaultRuntime || req.Limits.DiskBytes != 0 {
 		return "", false
 	}
 	m.pool.mu.Lock()

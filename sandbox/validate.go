@@ -17,6 +17,7 @@ import (
 const (
 	minMemory      = 32 << 20 // the guest itself needs a few MiB
 	minPids        = 32       // the guest's own threads count
+	minDisk        = 16 << 20 // an ext4 file system with room for a few files
 	maxPids        = 1 << 22
 	defaultOutput  = 4 << 20
 	maxOutput      = 64 << 20
@@ -78,14 +79,17 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 	if l.Pids == 0 {
 		l.Pids = d.Pids
 	}
-	if err := validateLimits(*l); err != nil {
+	if l.DiskBytes == 0 {
+		l.DiskBytes = d.DiskBytes
+	}
+	if err := validateLimits(*l, m.cfg.DiskCapacity); err != nil {
 		return req, err
 	}
 	return req, nil
 }
 
 // validateLimits checks limits against what works and what the host has.
-func validateLimits(l api.Limits) error {
+func validateLimits(l api.Limits, diskCapacity int64) error {
 	ncpu := float64(runtime.NumCPU())
 	if l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01) || l.CPUs > ncpu {
 		return errdefs.New(errdefs.InvalidArgument, "limits.cpus: %g is outside 0.01..%g (0 = no limit)", l.CPUs, ncpu)
@@ -95,6 +99,9 @@ func validateLimits(l api.Limits) error {
 	}
 	if l.Pids < 0 || (l.Pids > 0 && l.Pids < minPids) || l.Pids > maxPids {
 		return errdefs.New(errdefs.InvalidArgument, "limits.pids: %d is outside %d..%d (0 = no limit)", l.Pids, minPids, maxPids)
+	}
+	if l.DiskBytes < 0 || (l.DiskBytes > 0 && l.DiskBytes < minDisk) || (diskCapacity > 0 && l.DiskBytes > diskCapacity) {
+		return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: %d is outside %d..%d (0 = no limit)", l.DiskBytes, minDisk, diskCapacity)
 	}
 	return nil
 }

@@ -230,7 +230,8 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Usage, error) {
 	}
 	u := runtime.Usage{CPUSeconds: float64(st.CPUUsageNs) / 1e9, MemoryBytes: st.MemoryCurrent,
 		MemoryPeakBytes: st.MemoryPeak, Pids: st.Pids, OOMKills: st.OOMKills}
-	u.DiskBytes = diskUsage(ctx, filepath.Join(r.sandboxDir(id), "upper"))
+	upper, _ := layerDirs(r.sandboxDir(id))
+	u.DiskBytes = diskUsage(ctx, upper)
 	return u, nil
 }
 
@@ -271,10 +272,17 @@ func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) er
 	if err != nil {
 		return errdefs.Wrap(errdefs.Conflict, err, "sandbox %s has no cgroup (is it running?)", id)
 	}
-	if err := cg.Set(cgroup.Limits(l)); err != nil {
+	if err := cg.Set(cgroupLimits(l)); err != nil {
 		return errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
 	}
+	if l.DiskBytes > 0 {
+		return growDisk(ctx, r.sandboxDir(id), l.DiskBytes)
+	}
 	return nil
+}
+
+func cgroupLimits(l runtime.Limits) cgroup.Limits {
+	return cgroup.Limits{CPUs: l.CPUs, MemoryBytes: l.MemoryBytes, Pids: l.Pids}
 }
 
 // Close stops the runtime's exit monitors. Sandboxes keep running.
@@ -300,6 +308,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 	}
 	defer func() {
 		if err != nil {
+			unmountDisk(dir)
 			os.RemoveAll(dir)
 		}
 	}()
@@ -307,16 +316,21 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 	if err := os.Chown(dir, 0, base); err != nil {
 		return nil, fmt.Errorf("chown sandbox dir: %w", err)
 	}
-	for name, mode := range map[string]os.FileMode{"upper": 0o755, "work": 0o700, "ctl": 0o700} {
-		p := filepath.Join(dir, name)
-		if err := os.Mkdir(p, mode); err != nil {
-			return nil, fmt.Errorf("make %s: %w", name, err)
-		}
-		if err := os.Chown(p, base, base); err != nil {
-			return nil, fmt.Errorf("chown %s: %w", name, err)
+	if spec.Limits.DiskBytes > 0 {
+		if err := makeDisk(ctx, dir, spec.Limits.DiskBytes, base); err != nil {
+			return nil, err
 		}
 	}
-	if err := writeIdentity(filepath.Join(dir, "upper"), spec.ID, base); err != nil {
+	upper, work := layerDirs(dir)
+	for p, mode := range map[string]os.FileMode{upper: 0o755, work: 0o700, filepath.Join(dir, "ctl"): 0o700} {
+		if err := os.Mkdir(p, mode); err != nil {
+			return nil, fmt.Errorf("make %s: %w", filepath.Base(p), err)
+		}
+		if err := os.Chown(p, base, base); err != nil {
+			return nil, fmt.Errorf("chown %s: %w", filepath.Base(p), err)
+		}
+	}
+	if err := writeIdentity(upper, spec.ID, base); err != nil {
 		return nil, err
 	}
 	return r.boot(ctx, spec)
@@ -325,8 +339,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 // Start implements runtime.Stopper: it boots a stopped sandbox again on its
 // kept writable layer.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instance, error) {
-	if _, err := os.Stat(filepath.Join(r.sandboxDir(spec.ID), "upper")); err != nil {
-		return nil, errdefs.Wrap(errdefs.NotFound, err, "sandbox %s has no files to start from", spec.ID)
+	dir := r.sandboxDir(spec.ID)
+	if _, err := os.Stat(filepath.Join(dir, diskImage)); err == nil {
+		if err := mountDisk(dir); err != nil { // after a host reboot
+			return nil, err
+		}
+	}
+	if upper, _ := layerDirs(dir); !exists(upper) {
+		return nil, errdefs.New(errdefs.NotFound, "sandbox %s has no files to start from", spec.ID)
 	}
 	// A cgroup left by an init that died on its own is cleared first.
 	if cg, err := r.cgroups.Load(spec.ID); err == nil {
@@ -361,7 +381,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	}
 	undo = append(undo, func() { cg.Kill(); cg.Remove(); r.groups.Delete(spec.ID) })
 	r.groups.Store(spec.ID, cg)
-	if err := cg.Set(cgroup.Limits(spec.Limits)); err != nil {
+	if err := cg.Set(cgroupLimits(spec.Limits)); err != nil {
 		return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
 	}
 
@@ -402,13 +422,14 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 		<-exited
 	})
 
+	upper, work := layerDirs(dir)
 	initCfg := guestapi.InitConfig{
 		ID:            spec.ID,
 		Hostname:      spec.ID,
 		Token:         token,
 		ImageDir:      r.image.dir,
-		UpperDir:      filepath.Join(dir, "upper"),
-		WorkDir:       filepath.Join(dir, "work"),
+		UpperDir:      upper,
+		WorkDir:       work,
 		ControlDir:    filepath.Join(dir, "ctl"),
 		ReadOnlyBinds: r.image.binds,
 		Seccomp:       !r.opts.NoSeccomp,
@@ -656,10 +677,18 @@ func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) 
 	if err := r.Stop(ctx, id, state); err != nil {
 		return err
 	}
+	if err := unmountDisk(r.sandboxDir(id)); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
 	if err := os.RemoveAll(r.sandboxDir(id)); err != nil {
 		return fmt.Errorf("sandbox %s: remove files: %w", id, err)
 	}
 	return nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // alive reports whether pid is still the process that started at start
