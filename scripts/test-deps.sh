@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages whose programs berth's tests run inside
-# sandboxes. A sandbox sees only the host's /usr, so a Python or procps
-# installed elsewhere (pyenv, /usr/local) does not count.
+# sandboxes (a sandbox sees only the host's /usr, so a Python or procps
+# installed elsewhere, pyenv or /usr/local, does not count), and e2fsprogs,
+# whose mkfs.ext4 the daemon runs for sandboxes with a disk limit.
 set -euo pipefail
 need=()
 /usr/bin/python3 -c 'import ctypes, socket, http.server' 2>/dev/null || need+=(python3)
 [ -x /usr/bin/ps ] || need+=(procps)
 { [ -x /usr/bin/su ] && [ -x /usr/bin/unshare ]; } || need+=(util-linux)
+command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need+=(e2fsprogs)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 	echo "tests need: ${need[*]} (install them, as root, with your package manager)" >&2
