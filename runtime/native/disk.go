@@ -50,7 +50,7 @@ func makeDisk(ctx context.Context, dir string, size int64, owner int) error {
 	}
 	// No journal (a sandbox's layer is disposable), lazy initialisation
 	// (creation in milliseconds), no reserved blocks, no discard pass.
-	mkfs := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0",
+	mkfs := exec.CommandContext(ctx, tool("mkfs.ext4"), "-q", "-F", "-O", "^has_journal", "-m", "0",
 		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner="+strconv.Itoa(owner)+":"+strconv.Itoa(owner), img)
 	if out, err := mkfs.CombinedOutput(); err != nil {
 		if errors.Is(err, exec.ErrNotFound) {
@@ -174,10 +174,24 @@ func growDisk(ctx context.Context, dir string, size int64) error {
 	if err != nil {
 		return fmt.Errorf("grow %s: %w", dev, err)
 	}
-	if out, err := exec.CommandContext(ctx, "resize2fs", dev).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, tool("resize2fs"), dev).CombinedOutput(); err != nil {
 		return fmt.Errorf("resize2fs: %w: %s", err, bytes.TrimSpace(out))
 	}
 	return nil
+}
+
+// tool finds an e2fsprogs program: on PATH, else in the sbin directories
+// a daemon's PATH may lack.
+func tool(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		if p := filepath.Join(dir, name); exists(p) {
+			return p
+		}
+	}
+	return name
 }
 
 // loopOf finds the loop device backed by img.
