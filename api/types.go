@@ -224,6 +224,7 @@ const (
 	ProcessExited   = "process_exited"
 	ProcessOOM      = "oom"
 	ProcessTimedOut = "timed_out"
+	LimitHit        = "limit_hit"
 )
 
 // SandboxEvent is one Server-Sent Event of a sandbox's events stream.
@@ -237,4 +238,10 @@ type SandboxEvent struct {
 	Reason string `json:"reason,omitempty"`
 	// Result is how a process ended (without its output), for process_exited, oom and timed_out.
 	Result *ExecResult `json:"result,omitempty"`
+	// Limit names the limit of a limit_hit event: pids (forks refused), cpu
+	// (quota ran out) or disk (the writable layer's disk is full).
+	Limit string `json:"limit,omitempty"`
+	// Count is how many times it was hit since the last limit_hit event of
+	// that limit (forks refused, CPU periods throttled; 1 for disk).
+	Count int64 `json:"count,omitempty"`
 }

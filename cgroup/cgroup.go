@@ -25,6 +25,14 @@ type Limits struct {
 	Pids        int64
 }
 
+// LimitHits are a group's counts of limits met: forks refused at the pids
+// limit (pids.events "max") and CPU periods throttled (cpu.stat
+// "nr_throttled"). A controller not in use counts 0.
+type LimitHits struct {
+	Pids         int64
+	CPUThrottled int64
+}
+
 // Stats is a group's usage.
 type Stats struct {
 	CPUUsageNs    uint64
@@ -64,6 +72,8 @@ type Group interface {
 	Stats() (Stats, error)
 	// OOMKills is the group's count of OOM kills (one file read).
 	OOMKills() (int64, error)
+	// LimitHits counts the times the group met its pids and CPU limits.
+	LimitHits() (LimitHits, error)
 	// Remove deletes the group (and any subgroups); absent is not an error.
 	Remove() error
 }

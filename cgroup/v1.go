@@ -269,6 +269,20 @@ func (g *v1Group) Stats() (Stats, error) {
 	return s, nil
 }
 
+func (g *v1Group) LimitHits() (LimitHits, error) {
+	var h LimitHits
+	var err error
+	if h.Pids, err = optional(readKeyed(g.dirs["pids"], "pids.events", "max")); err != nil {
+		return h, err
+	}
+	if dir, ok := g.dirs["cpu"]; ok {
+		if h.CPUThrottled, err = optional(readKeyed(dir, "cpu.stat", "nr_throttled")); err != nil {
+			return h, err
+		}
+	}
+	return h, nil
+}
+
 func (g *v1Group) OOMKills() (int64, error) {
 	return readKeyed(g.dirs["memory"], "memory.oom_control", "oom_kill")
 }

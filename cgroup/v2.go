@@ -182,6 +182,18 @@ func (g *v2Group) Stats() (Stats, error) {
 	return s, nil
 }
 
+func (g *v2Group) LimitHits() (LimitHits, error) {
+	var h LimitHits
+	var err error
+	if h.Pids, err = optional(readKeyed(g.dir, "pids.events", "max")); err != nil {
+		return h, err
+	}
+	if h.CPUThrottled, err = optional(readKeyed(g.dir, "cpu.stat", "nr_throttled")); err != nil {
+		return h, err
+	}
+	return h, nil
+}
+
 func (g *v2Group) OOMKills() (int64, error) {
 	return readKeyed(g.dir, "memory.events", "oom_kill")
 }

@@ -103,9 +103,10 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 }
 
 // BenchmarkExecUnderBombs measures exec round trips in a quiet sandbox while
-// three others run a fork bomb (pids 128), a memory bomb (128 MiB, allocating
-// in a loop so the OOM killer keeps firing) and a CPU spin on both cores
-// (cpus 1): the host and the other sandboxes must stay responsive.
+// four others run a fork bomb (pids 128), a memory bomb (128 MiB, allocating
+// in a loop so the OOM killer keeps firing), a disk fill (a 256 MiB disk,
+// filled and emptied in a loop) and a CPU spin on both cores (cpus 1): the
+// host and the other sandboxes must stay responsive.
 func BenchmarkExecUnderBombs(b *testing.B) {
 	d := startDaemon(b, "")
 	ctx := context.Background()
@@ -115,6 +116,7 @@ func BenchmarkExecUnderBombs(b *testing.B) {
 	}{
 		{api.Limits{Pids: 128}, "while true; do sleep 60 & done"},
 		{api.Limits{MemoryBytes: 128 << 20}, "while true; do python3 -c 'b = bytearray(1 << 30)'; done"},
+		{api.Limits{DiskBytes: 256 << 20}, "while true; do dd if=/dev/zero of=/tmp/fill bs=1M count=1000 2>/dev/null; rm -f /tmp/fill; done"},
 		{api.Limits{CPUs: 1}, "while true; do :; done & while true; do :; done"},
 	}
 	var bombIDs []string

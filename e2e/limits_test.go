@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,5 +124,119 @@ func TestMetricsEndpoint(t *testing.T) {
 	out, errOut, code := d.cli("", "update", "--pids", "99", sb.ID)
 	if code != 0 || !strings.Contains(out, "pids=99") {
 		t.Fatalf("berth update: %q %q", out, errOut)
+	}
+}
+
+// TestBombsExplainTheirEnd runs a fork bomb, a memory bomb, a disk fill and
+// a CPU spin, each in its own sandbox at its ceiling, while a fifth sandbox
+// keeps executing: every bomb's exec says why it ended (its result, and a
+// limit_hit event naming the limit where one applies), and the quiet
+// sandbox's results stay correct. (Its latency is measured by
+// BenchmarkExecUnderBombs, not asserted here.)
+func TestBombsExplainTheirEnd(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	type bomb struct {
+		name   string
+		limits api.Limits
+		req    api.ExecRequest
+		check  func(api.ExecResult) bool
+		limit  string // the limit_hit event expected, if any
+	}
+	bombs := []bomb{
+		{"fork bomb", api.Limits{Pids: 128}, api.ExecRequest{Shell: "while true; do sleep 60 & done", TimeoutMs: 3000},
+			func(r api.ExecResult) bool {
+				// The shell gives up when fork fails, or the timeout ends it.
+				return r.TimedOut && r.Signal == 9 || r.ExitCode != 0 && strings.Contains(string(r.Stderr), "fork")
+			}, "pids"},
+		{"memory bomb", api.Limits{MemoryBytes: 64 << 20}, api.ExecRequest{Cmd: []string{"python3", "-c", "b = bytearray(1 << 30)"}, TimeoutMs: 30000},
+			func(r api.ExecResult) bool { return r.OOMKilled && r.ExitCode == 137 }, ""},
+		{"disk fill", api.Limits{DiskBytes: 64 << 20}, api.ExecRequest{Shell: "dd if=/dev/zero of=/tmp/fill bs=1M count=1000; sleep 2", TimeoutMs: 30000},
+			func(r api.ExecResult) bool {
+				return r.ExitCode == 0 && strings.Contains(string(r.Stderr), "No space left on device")
+			}, "disk"},
+		{"cpu spin", api.Limits{CPUs: 0.5}, api.ExecRequest{Shell: "while true; do :; done", TimeoutMs: 2000},
+			func(r api.ExecResult) bool { return r.TimedOut && r.DurationMs >= 2000 }, "cpu"},
+	}
+	victim, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make([]api.ExecResult, len(bombs))
+	errs := make([]error, len(bombs))
+	hits := make([]chan string, len(bombs))
+	var wg sync.WaitGroup
+	for i, b := range bombs {
+		sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Limits: b.limits, User: "root"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := d.client.Events(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		hits[i] = make(chan string, 64)
+		go func() {
+			for {
+				ev, err := st.Next()
+				if err != nil {
+					return
+				}
+				if ev.Type == api.LimitHit && ev.Count > 0 {
+					select {
+					case hits[i] <- ev.Limit:
+					default:
+					}
+				}
+			}
+		}()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = d.client.Exec(ctx, sb.ID, b.req)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	execs := 0
+	for running := true; running; execs++ {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		r, err := d.client.Exec(ctx, victim.ID, api.ExecRequest{Shell: "echo $((6 * 7))"})
+		if err != nil || string(r.Stdout) != "42\n" || r.ExitCode != 0 {
+			t.Fatalf("quiet sandbox's exec %d among the bombs: %+v %v", execs, r, err)
+		}
+	}
+	for i, b := range bombs {
+		r := results[i]
+		if errs[i] != nil || !b.check(r) {
+			t.Errorf("%s: exec ended without its reason: exit %d signal %d timed_out %v oom_killed %v stderr %q err %v",
+				b.name, r.ExitCode, r.Signal, r.TimedOut, r.OOMKilled, r.Stderr, errs[i])
+		}
+	}
+	if execs < 5 {
+		t.Fatalf("only %d execs in the quiet sandbox while the bombs ran", execs)
+	}
+	for i, b := range bombs {
+		if b.limit == "" {
+			continue
+		}
+		deadline := time.After(5 * time.Second)
+	wait:
+		for {
+			select {
+			case l := <-hits[i]:
+				if l == b.limit {
+					break wait
+				}
+			case <-deadline:
+				t.Errorf("%s: no limit_hit event for %s", b.name, b.limit)
+				break wait
+			}
+		}
 	}
 }

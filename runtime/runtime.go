@@ -96,6 +96,19 @@ type StatsProvider interface {
 	// OOMKills is the sandbox's count of OOM kills so far: cheap enough to
 	// read around every exec.
 	OOMKills(ctx context.Context, id string) (int64, error)
+	// LimitHits says how often the sandbox met its limits so far; cheap
+	// enough to read every second.
+	LimitHits(ctx context.Context, id string) (LimitHits, error)
+}
+
+// LimitHits are a sandbox's counts of limits met.
+type LimitHits struct {
+	// Pids counts forks refused at the pids limit.
+	Pids int64
+	// CPUThrottled counts CPU periods in which the quota ran out.
+	CPUThrottled int64
+	// DiskFull says the writable layer's disk (with a disk limit) is full now.
+	DiskFull bool
 }
 
 // Factory builds a runtime from the daemon's configuration. It returns an

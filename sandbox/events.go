@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/store"
 )
 
 // eventBus fans a sandbox's events out to its subscribers. Delivery is best
@@ -109,5 +111,31 @@ func (m *Manager) Events(ctx context.Context, tenant, id string, ready func(), e
 				return nil
 			}
 		}
+	}
+}
+
+// watchLimits publishes limit_hit events for the limits a running sandbox
+// met since the sweeper last looked: forks refused at the pids limit, CPU
+// periods throttled, a disk that became full.
+func (m *Manager) watchLimits(ctx context.Context, rec store.Sandbox, ls *liveSandbox) {
+	sp, ok := m.runtimes[rec.Runtime].(runtime.StatsProvider)
+	if !ok {
+		return
+	}
+	h, err := sp.LimitHits(ctx, rec.ID)
+	if err != nil {
+		return
+	}
+	last := ls.hits
+	ls.hits = h
+	hit := func(limit string, n int64) {
+		if n > 0 {
+			m.emit(rec.ID, api.LimitHit, func(e *api.SandboxEvent) { e.Limit, e.Count = limit, n })
+		}
+	}
+	hit("pids", h.Pids-last.Pids)
+	hit("cpu", h.CPUThrottled-last.CPUThrottled)
+	if h.DiskFull && !last.DiskFull {
+		hit("disk", 1)
 	}
 }

@@ -139,7 +139,7 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 		st.Stop(context.Background(), id, inst.State)
 		return fail(err)
 	}
-	if err := m.connect(cctx, id, inst, spec); err != nil {
+	if err := m.connect(cctx, id, inst, spec, runtime.LimitHits{}); err != nil {
 		st.Stop(context.Background(), id, inst.State)
 		return fail(err)
 	}
@@ -354,6 +354,9 @@ func (m *Manager) Sweep(ctx context.Context) {
 		lastActive := rec.CreatedAt
 		if ls != nil {
 			lastActive = time.Unix(0, ls.lastActive.Load())
+		}
+		if ls != nil && rec.State == api.StateRunning {
+			m.watchLimits(ctx, rec, ls)
 		}
 		t := timeoutsOf(spec.Timeouts)
 		busy := func() bool { return ls != nil && m.active(ctx, ls, t.idle) }

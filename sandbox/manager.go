@@ -79,6 +79,8 @@ type liveSandbox struct {
 	streams atomic.Int64
 	// oom remembers OOM counts at background process starts.
 	oom oomCounter
+	// hits is the limit counts last seen by the sweeper (its goroutine only).
+	hits runtime.LimitHits
 }
 
 // New returns a manager. Call Start to re-attach to sandboxes from the store.
@@ -173,11 +175,17 @@ func (m *Manager) attach(ctx context.Context, rec store.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	return m.connect(ctx, rec.ID, inst, spec)
+	// Limits met before this daemon started were reported by the last one.
+	var hits runtime.LimitHits
+	if sp, ok := rt.(runtime.StatsProvider); ok {
+		hits, _ = sp.LimitHits(ctx, rec.ID)
+	}
+	return m.connect(ctx, rec.ID, inst, spec, hits)
 }
 
 // connect authenticates the guest and registers the sandbox as live.
-func (m *Manager) connect(ctx context.Context, id string, inst *runtime.Instance, spec api.CreateSandboxRequest) error {
+// hits is the baseline of limit counts (zero for a new cgroup).
+func (m *Manager) connect(ctx context.Context, id string, inst *runtime.Instance, spec api.CreateSandboxRequest, hits runtime.LimitHits) error {
 	gc := guestclient.New(id, inst.Token, inst.Dial)
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -185,7 +193,7 @@ func (m *Manager) connect(ctx context.Context, id string, inst *runtime.Instance
 		gc.Close()
 		return err
 	}
-	ls := &liveSandbox{inst: inst, guest: gc, spec: spec}
+	ls := &liveSandbox{inst: inst, guest: gc, spec: spec, hits: hits}
 	ls.lastActive.Store(m.cfg.Now().UnixNano())
 	m.mu.Lock()
 	m.live[id] = ls
@@ -281,7 +289,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 		rt.Delete(context.Background(), id, inst.State)
 		return fail(err)
 	}
-	if err := m.connect(cctx, id, inst, req); err != nil {
+	if err := m.connect(cctx, id, inst, req, runtime.LimitHits{}); err != nil {
 		rt.Delete(context.Background(), id, inst.State)
 		return fail(err)
 	}

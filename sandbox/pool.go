@@ -97,7 +97,7 @@ func (m *Manager) fillOne(ctx context.Context) error {
 		return err
 	}
 	if err := m.store.SetRuntimeState(ctx, id, inst.State); err == nil {
-		err = m.connect(cctx, id, inst, req)
+		err = m.connect(cctx, id, inst, req, runtime.LimitHits{})
 		if err == nil {
 			m.pool.mu.Lock()
 			m.pool.ready = append(m.pool.ready, id)

@@ -139,6 +139,22 @@ func unmountDisk(dir string) error {
 	return nil
 }
 
+// diskFull says whether a sandbox's disk (if it has one) is full: less than
+// 1 MiB or 1% of it left (a write that failed with ENOSPC leaves a few
+// blocks too small for it).
+func diskFull(dir string) bool {
+	mnt := filepath.Join(dir, diskMount)
+	if !mounted(dir, mnt) {
+		return false
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(mnt, &st) != nil {
+		return false
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	return free < 1<<20 || st.Bavail < st.Blocks/100
+}
+
 // growDisk enlarges a mounted disk to size bytes: the image, then the loop
 // device's capacity, then the file system (ext4 grows online).
 func growDisk(ctx context.Context, dir string, size int64) error {

@@ -244,6 +244,19 @@ func (r *Runtime) OOMKills(ctx context.Context, id string) (int64, error) {
 	return cg.OOMKills()
 }
 
+// LimitHits implements runtime.StatsProvider.
+func (r *Runtime) LimitHits(ctx context.Context, id string) (runtime.LimitHits, error) {
+	cg, err := r.group(id)
+	if err != nil {
+		return runtime.LimitHits{}, err
+	}
+	h, err := cg.LimitHits()
+	if err != nil {
+		return runtime.LimitHits{}, err
+	}
+	return runtime.LimitHits{Pids: h.Pids, CPUThrottled: h.CPUThrottled, DiskFull: diskFull(r.sandboxDir(id))}, nil
+}
+
 // diskUsage adds up the allocated size of the files under dir (st_blocks,
 // like du), stopping early when ctx ends.
 func diskUsage(ctx context.Context, dir string) int64 {
