@@ -49,6 +49,9 @@ type Limits struct {
 	// DiskBytes is the size of the writable layer's own file system: a full
 	// one is ENOSPC inside the sandbox. Set at create; it can only grow.
 	DiskBytes int64 `json:"disk_bytes,omitempty"`
+	// OpenFiles is the most descriptors one process may hold (RLIMIT_NOFILE,
+	// soft and hard); a change applies to processes started after it.
+	OpenFiles int64 `json:"open_files,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.

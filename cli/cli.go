@@ -146,6 +146,7 @@ type limitFlags struct {
 	cpus   float64
 	pids   int64
 	disk   string
+	files  int64
 }
 
 func (f *limitFlags) add(cmd *cobra.Command) {
@@ -154,15 +155,19 @@ func (f *limitFlags) add(cmd *cobra.Command) {
 	fl.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores, e.g. 0.5")
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
 	fl.StringVar(&f.disk, "disk", "", "size of the writable layer's own disk, e.g. 1G (grows only)")
+	fl.Int64Var(&f.files, "open-files", 0, "most open files per process (RLIMIT_NOFILE)")
 }
 
 func (f *limitFlags) value() (api.Limits, error) {
-	l := api.Limits{CPUs: f.cpus, Pids: f.pids}
+	l := api.Limits{CPUs: f.cpus, Pids: f.pids, OpenFiles: f.files}
 	if f.cpus < 0 {
 		return l, fmt.Errorf("--cpus: %g is negative", f.cpus)
 	}
 	if f.pids < 0 {
 		return l, fmt.Errorf("--pids: %d is negative", f.pids)
+	}
+	if f.files < 0 {
+		return l, fmt.Errorf("--open-files: %d is negative", f.files)
 	}
 	if f.memory != "" {
 		var err error

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/capability"
 	"github.com/berthsh/berth/errdefs"
 )
 
@@ -237,6 +240,53 @@ func TestBombsExplainTheirEnd(t *testing.T) {
 				t.Errorf("%s: no limit_hit event for %s", b.name, b.limit)
 				break wait
 			}
+		}
+	}
+}
+
+// TestOpenFilesLimit: RLIMIT_NOFILE binds every process of the sandbox,
+// root included, cannot be raised inside, and changes for new processes.
+func TestOpenFilesLimit(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Limits: api.Limits{OpenFiles: 100}})
+	if err != nil || sb.Limits.OpenFiles != 100 {
+		t.Fatalf("create: %+v %v", sb.Limits, err)
+	}
+	open200 := "import os\ntry:\n    fs = [open('/dev/null') for _ in range(200)]\n    print('opened', len(fs))\nexcept OSError as e:\n    print('refused', e.errno)\n"
+	for _, user := range []string{"user", "root"} {
+		r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "ulimit -Sn; ulimit -Hn; ulimit -n 5000 2>&1 || echo cannot-raise", User: user})
+		if err != nil || !strings.HasPrefix(string(r.Stdout), "100\n100\n") || !strings.Contains(string(r.Stdout), "cannot-raise") {
+			t.Fatalf("%s: ulimit: %q %v", user, r.Stdout, err)
+		}
+		r, err = d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "-c", open200}, User: user})
+		if err != nil || string(r.Stdout) != "refused 24\n" { // EMFILE
+			t.Fatalf("%s: opening 200 files: %q %q %v", user, r.Stdout, r.Stderr, err)
+		}
+	}
+	// Lowering works everywhere; raising needs CAP_SYS_RESOURCE (a hard
+	// limit only goes up with it), which this project's VM withholds.
+	if _, err := d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Limits: &api.Limits{OpenFiles: 80}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "ulimit -Hn"}); string(r.Stdout) != "80\n" {
+		t.Fatalf("after lowering to 80: %q", r.Stdout)
+	}
+	_, err = d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Limits: &api.Limits{OpenFiles: 300}})
+	if canRaise, _ := capability.Effective(unix.CAP_SYS_RESOURCE); canRaise {
+		r, err2 := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "-c", open200}})
+		if err != nil || err2 != nil || string(r.Stdout) != "opened 200\n" {
+			t.Fatalf("after raising to 300: %q %v %v", r.Stdout, err, err2)
+		}
+	} else if !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "CAP_SYS_RESOURCE") {
+		t.Fatalf("raising without CAP_SYS_RESOURCE: %v", err)
+	} else if got, _ := d.client.GetSandbox(ctx, sb.ID); got.Limits.OpenFiles != 80 {
+		t.Fatalf("a refused raise changed the recorded limit: %+v", got.Limits)
+	}
+	for _, n := range []int64{10, 1 << 40} {
+		_, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Limits: api.Limits{OpenFiles: n}})
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "limits.open_files") || !strings.Contains(err.Error(), "outside") {
+			t.Fatalf("open_files %d: %v", n, err)
 		}
 	}
 }

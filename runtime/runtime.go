@@ -29,6 +29,8 @@ type Limits struct {
 	// DiskBytes bounds the writable layer; a runtime that cannot bound it
 	// refuses a non-zero value.
 	DiskBytes int64
+	// OpenFiles bounds each process's descriptors (RLIMIT_NOFILE).
+	OpenFiles int64
 }
 
 // Instance is a running sandbox as its runtime hands it to the manager.

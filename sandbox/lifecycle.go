@@ -209,6 +209,9 @@ func (m *Manager) setLimits(ctx context.Context, rec store.Sandbox, l api.Limits
 	if l.Pids != 0 {
 		spec.Limits.Pids = l.Pids
 	}
+	if l.OpenFiles != 0 {
+		spec.Limits.OpenFiles = l.OpenFiles
+	}
 	if l.DiskBytes != 0 {
 		if spec.Limits.DiskBytes == 0 {
 			return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: sandbox %s was created without a disk limit; one cannot be added to a running sandbox", rec.ID)

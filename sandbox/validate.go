@@ -18,6 +18,7 @@ const (
 	minMemory      = 32 << 20 // the guest itself needs a few MiB
 	minPids        = 32       // the guest's own threads count
 	minDisk        = 16 << 20 // an ext4 file system with room for a few files
+	minOpenFiles   = 64       // the guest's own sockets and pipes count
 	maxPids        = 1 << 22
 	defaultOutput  = 4 << 20
 	maxOutput      = 64 << 20
@@ -82,6 +83,9 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 	if l.DiskBytes == 0 {
 		l.DiskBytes = d.DiskBytes
 	}
+	if l.OpenFiles == 0 {
+		l.OpenFiles = d.OpenFiles
+	}
 	if err := validateLimits(*l, m.cfg.DiskCapacity); err != nil {
 		return req, err
 	}
@@ -99,6 +103,9 @@ func validateLimits(l api.Limits, diskCapacity int64) error {
 	}
 	if l.Pids < 0 || (l.Pids > 0 && l.Pids < minPids) || l.Pids > maxPids {
 		return errdefs.New(errdefs.InvalidArgument, "limits.pids: %d is outside %d..%d (0 = no limit)", l.Pids, minPids, maxPids)
+	}
+	if maxFiles := maxOpenFiles(); l.OpenFiles < 0 || (l.OpenFiles > 0 && l.OpenFiles < minOpenFiles) || l.OpenFiles > maxFiles {
+		return errdefs.New(errdefs.InvalidArgument, "limits.open_files: %d is outside %d..%d (0 = the daemon's own)", l.OpenFiles, minOpenFiles, maxFiles)
 	}
 	if l.DiskBytes < 0 || (l.DiskBytes > 0 && l.DiskBytes < minDisk) || (diskCapacity > 0 && l.DiskBytes > diskCapacity) {
 		return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: %d is outside %d..%d (0 = no limit)", l.DiskBytes, minDisk, diskCapacity)
@@ -132,6 +139,16 @@ func (m *Manager) normalizeTimeouts(t *api.Timeouts) error {
 		}
 	}
 	return nil
+}
+
+// maxOpenFiles is the daemon's own hard RLIMIT_NOFILE: a sandbox's can be
+// set lower, never higher (that takes CAP_SYS_RESOURCE).
+func maxOpenFiles() int64 {
+	var l unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &l) != nil || l.Max > 1<<30 {
+		return 1 << 30
+	}
+	return int64(l.Max)
 }
 
 func hostMemory() int64 {

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/capability"
 	"github.com/berthsh/berth/cgroup"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/runtime"
@@ -63,6 +64,7 @@ type Runtime struct {
 	image   hostImage
 
 	groups sync.Map // sandbox id -> cgroup.Group of running sandboxes (a cache)
+	inits  sync.Map // sandbox id -> pid of its init (the guest), while running
 
 	ctx    context.Context // ends monitors at Close
 	cancel context.CancelFunc
@@ -288,8 +290,39 @@ func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) er
 	if err := cg.Set(cgroupLimits(l)); err != nil {
 		return errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
 	}
+	if err := r.setOpenFiles(id, l.OpenFiles); err != nil {
+		return err
+	}
 	if l.DiskBytes > 0 {
 		return growDisk(ctx, r.sandboxDir(id), l.DiskBytes)
+	}
+	return nil
+}
+
+// setOpenFiles sets RLIMIT_NOFILE (soft and hard) on a sandbox's init, which
+// every process it starts inherits; nothing inside can raise a hard limit
+// (that takes CAP_SYS_RESOURCE in the host's user namespace). 0 keeps it.
+func (r *Runtime) setOpenFiles(id string, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	pid, ok := r.inits.Load(id)
+	if !ok {
+		return errdefs.New(errdefs.Conflict, "sandbox %s is not running", id)
+	}
+	var old unix.Rlimit
+	if err := unix.Prlimit(pid.(int), unix.RLIMIT_NOFILE, nil, &old); err != nil {
+		return fmt.Errorf("sandbox %s: read open files limit: %w", id, err)
+	}
+	if uint64(n) > old.Max {
+		if ok, _ := capability.Effective(unix.CAP_SYS_RESOURCE); !ok {
+			return errdefs.New(errdefs.NotImplemented,
+				"limits.open_files: raising it above %d on a running sandbox needs CAP_SYS_RESOURCE, which this daemon lacks", old.Max)
+		}
+	}
+	lim := unix.Rlimit{Cur: uint64(n), Max: uint64(n)}
+	if err := unix.Prlimit(pid.(int), unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+		return errdefs.Wrap(errdefs.InvalidArgument, err, "limits.open_files: %d", n)
 	}
 	return nil
 }
@@ -423,6 +456,14 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	}
 	tStart := time.Now()
 	pid := cmd.Process.Pid
+	r.inits.Store(spec.ID, pid)
+	undo = append(undo, func() { r.inits.Delete(spec.ID) })
+	// Before the guest reads its config, so nothing it starts escapes the limit.
+	if err := r.setOpenFiles(spec.ID, spec.Limits.OpenFiles); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, err
+	}
 	exited := make(chan struct{})
 	r.wg.Add(1)
 	go func() { // owns the child: reaps it and reports its exit
@@ -642,6 +683,7 @@ func (r *Runtime) Attach(ctx context.Context, id string, state json.RawMessage) 
 			}
 		}
 	}()
+	r.inits.Store(id, st.Pid)
 	return &runtime.Instance{State: state, Dial: r.dialer(id, st.Pid), Token: st.Token, Exited: exited}, nil
 }
 
@@ -661,6 +703,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 		unix.Kill(st.Pid, unix.SIGKILL)
 	}
 	r.groups.Delete(id)
+	r.inits.Delete(id)
 	cg, err := r.cgroups.Load(id)
 	if err == nil {
 		cg.Kill()
