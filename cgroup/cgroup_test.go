@@ -283,7 +283,8 @@ func TestV2FilesOnPlainDir(t *testing.T) {
 	}
 	touch(g.Path(), map[string]string{
 		"cpu.max": "", "memory.max": "", "memory.swap.max": "", "pids.max": "",
-		"cpu.stat":       "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n",
+		"cpu.stat":       "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 10\nnr_throttled 4\nthrottled_usec 9\n",
+		"pids.events":    "max 12\n",
 		"memory.current": "4096\n", "memory.peak": "8192\n", "pids.current": "3\n",
 		"memory.events": "low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\n",
 	})
@@ -309,6 +310,13 @@ func TestV2FilesOnPlainDir(t *testing.T) {
 	}
 	if want := (Stats{CPUUsageNs: 1500000, MemoryCurrent: 4096, MemoryPeak: 8192, Pids: 3, OOMKills: 2}); st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
+	}
+	if h, err := g.LimitHits(); err != nil || h != (LimitHits{Pids: 12, CPUThrottled: 4}) {
+		t.Errorf("limit hits %+v %v", h, err)
+	}
+	os.Remove(filepath.Join(g.Path(), "pids.events")) // pids controller off
+	if h, err := g.LimitHits(); err != nil || h != (LimitHits{CPUThrottled: 4}) {
+		t.Errorf("limit hits without pids.events: %+v %v", h, err)
 	}
 	os.Remove(filepath.Join(g.Path(), "memory.peak")) // before Linux 5.19
 	if st, err := g.Stats(); err != nil || st.MemoryPeak != 0 || st.MemoryCurrent != 4096 {
