@@ -7,7 +7,7 @@ STATE   ?= /var/lib/berth
 LISTEN  ?= 127.0.0.1:7680
 PKGS    := ./...
 
-.PHONY: build run install test test-deps vet bench fuzz clean
+.PHONY: build run install test test-go test-python test-deps vet bench fuzz clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/berth
@@ -29,11 +29,25 @@ vet:
 test-deps:
 	./scripts/test-deps.sh
 
-test: build vet test-deps
+test: test-go test-python
+
+test-go: build vet test-deps
 	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $(PKGS)
+
+# The Python SDK and its deepagents backend, in a virtual environment made
+# here with packages from PyPI (pinned in sdk/python/pyproject.toml), against
+# a real daemon: the SDK's tests, LangChain's sandbox suite, an agent run.
+VENV := sdk/python/.venv
+$(VENV)/.installed: sdk/python/pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -e 'sdk/python[test]'
+	touch $@
+
+test-python: build test-deps $(VENV)/.installed
+	cd sdk/python && BERTH_BINARY=$(CURDIR)/$(BIN) .venv/bin/python -m pytest -p no:cacheprovider -rfEx tests
 
 bench: build
 	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchtime 200x -timeout 20m ./e2e/
 
 clean:
-	rm -rf bin
+	rm -rf bin $(VENV)

@@ -368,3 +368,31 @@ func TestOutputOfARunningProcess(t *testing.T) {
 		t.Fatalf("logs of a running process: %q %q exit %d", out, errOut, code)
 	}
 }
+
+// TestGracefulStopLeavesSandboxesRunning: SIGTERM stops the daemon at once
+// although sandboxes run (it used to wait for them to exit), they keep
+// running, and the next daemon re-attaches.
+func TestGracefulStopLeavesSandboxesRunning(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() { d.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(20 * time.Second):
+		d.kill9()
+		t.Fatal("graceful stop hangs while a sandbox runs")
+	}
+	d.start()
+	r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "still here"}})
+	if err != nil || string(r.Stdout) != "still here\n" {
+		t.Fatalf("after a graceful restart: %+v %v", r, err)
+	}
+	if err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -153,6 +153,10 @@ const (
 	InvalidPath    Reason = "invalid_path"
 	NotRegularFile Reason = "not_regular_file"
 	NoSpace        Reason = "no_space"
+	// NoMatch and NotUnique explain a failed edit: the old text is not in
+	// the file, or is there more than once.
+	NoMatch   Reason = "no_match"
+	NotUnique Reason = "not_unique"
 )
 
 type reasoned struct {
@@ -182,7 +186,7 @@ func ReasonOf(err error) Reason {
 // KnownReason reports whether s names a reason (checked before believing a peer).
 func KnownReason(s string) bool {
 	switch Reason(s) {
-	case IsDirectory, NotDirectory, InvalidPath, NotRegularFile, NoSpace:
+	case IsDirectory, NotDirectory, InvalidPath, NotRegularFile, NoSpace, NoMatch, NotUnique:
 		return true
 	}
 	return false

@@ -6,6 +6,8 @@
 set -euo pipefail
 need=()
 /usr/bin/python3 -c 'import ctypes, socket, http.server' 2>/dev/null || need+=(python3)
+[ -x /usr/bin/python ] || need+=(python-is-python3)          # LangChain's sandbox suite runs `python`
+/usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)  # the SDK's test venv
 [ -x /usr/bin/ps ] || need+=(procps)
 { [ -x /usr/bin/su ] && [ -x /usr/bin/unshare ]; } || need+=(util-linux)
 command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need+=(e2fsprogs)

@@ -148,7 +148,8 @@ type ChownRequest struct {
 
 // ReadRequest reads text lines: Offset lines are skipped (0-based), then up
 // to Limit lines (default 2,000) are returned, each cut at MaxLineChars
-// characters (default 2,000).
+// characters (default 2,000, at most 16,777,216). An offset past the end
+// gives no lines (TotalLines says how many there are).
 type ReadRequest struct {
 	Where
 	Path         string `json:"path"`
@@ -204,14 +205,19 @@ type EditResult struct {
 	Occurrences int    `json:"occurrences"`
 }
 
-// GlobRequest finds paths under Path (default: cwd) matching Pattern, where
+// GlobRequest finds files under Path (default: cwd) matching Pattern, where
 // "*", "?" and "[...]" match within one path segment, "**" any number of
-// segments, and "{a,b}" alternatives. Limit defaults to 10,000.
+// segments (not entering dot-directories), and "{a,b}" alternatives. A
+// pattern without "/" matches the file name at any depth; one with "/" the
+// path relative to Path; a leading "/" anchors to Path. A wildcard does not
+// match a leading dot. Limit defaults to 10,000.
 type GlobRequest struct {
 	Where
 	Pattern string `json:"pattern"`
 	Path    string `json:"path,omitempty"`
 	Limit   int    `json:"limit,omitempty"`
+	// IncludeDirs matches directories too (only regular files otherwise).
+	IncludeDirs bool `json:"include_dirs,omitempty"`
 }
 
 // GlobResult lists matches sorted by path.

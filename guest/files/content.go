@@ -216,8 +216,8 @@ func (s *Service) Read(req guestapi.ReadRequest) (guestapi.ReadResult, error) {
 	if req.Offset < 0 {
 		return guestapi.ReadResult{}, errdefs.New(errdefs.InvalidArgument, "offset: %d is negative", req.Offset)
 	}
-	if limit < 0 || width < 0 {
-		return guestapi.ReadResult{}, errdefs.New(errdefs.InvalidArgument, "limit and max_line_chars: must not be negative")
+	if limit < 0 || width < 0 || width > 1<<24 {
+		return guestapi.ReadResult{}, errdefs.New(errdefs.InvalidArgument, "limit and max_line_chars: must be 0..16777216")
 	}
 	if limit == 0 {
 		limit = 2000
@@ -260,9 +260,6 @@ func (s *Service) Read(req guestapi.ReadRequest) (guestapi.ReadResult, error) {
 		n++
 	}
 	out.TotalLines = n
-	if req.Offset > 0 && req.Offset >= n {
-		return guestapi.ReadResult{}, errdefs.New(errdefs.InvalidArgument, "offset: %d is past the end of %s (%d lines)", req.Offset, p, n)
-	}
 	if end := req.Offset + len(out.Lines); end < n {
 		out.NextOffset = end
 	}
@@ -304,19 +301,31 @@ func (s *Service) Edit(req guestapi.EditRequest) (guestapi.EditResult, error) {
 		if err != nil {
 			return pathError(p, err)
 		}
-		old := []byte(req.Old)
+		old, repl := []byte(req.Old), []byte(req.New)
 		n := bytes.Count(data, old)
+		if n == 0 {
+			// read shows CRLF lines without the CR: try the old text with the
+			// file's line ends, and write the new one with them too.
+			crlf, lf := []byte("\r\n"), []byte("\n")
+			for _, v := range [][2][]byte{{lf, crlf}, {crlf, lf}} {
+				o := bytes.ReplaceAll(bytes.ReplaceAll(old, crlf, lf), v[0], v[1])
+				if c := bytes.Count(data, o); c > 0 && !bytes.Equal(o, old) {
+					old, repl, n = o, bytes.ReplaceAll(bytes.ReplaceAll(repl, crlf, lf), v[0], v[1]), c
+					break
+				}
+			}
+		}
 		switch {
 		case n == 0:
-			return errdefs.New(errdefs.InvalidArgument, "old: string not found in %s", p)
+			return errdefs.WithReason(errdefs.New(errdefs.InvalidArgument, "old: string not found in %s", p), errdefs.NoMatch)
 		case n > 1 && !req.ReplaceAll:
-			return errdefs.New(errdefs.InvalidArgument,
-				"old: appears %d times in %s; give more context to make it unique, or set replace_all", n, p)
+			return errdefs.WithReason(errdefs.New(errdefs.InvalidArgument,
+				"old: appears %d times in %s; give more context to make it unique, or set replace_all", n, p), errdefs.NotUnique)
 		}
 		if !req.ReplaceAll {
 			n = 1
 		}
-		edited := bytes.Replace(data, old, []byte(req.New), n)
+		edited := bytes.Replace(data, old, repl, n)
 		if _, err := f.WriteAt(edited, 0); err != nil {
 			return pathError(p, err)
 		}

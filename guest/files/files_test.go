@@ -274,8 +274,10 @@ func TestReadTool(t *testing.T) {
 	if r.NextOffset != 0 || last.Number != 26 || !last.Truncated || len([]rune(last.Text)) != 2000 {
 		t.Fatalf("last page: next %d, last line %d truncated %v len %d", r.NextOffset, last.Number, last.Truncated, len([]rune(last.Text)))
 	}
-	_, err = s.Read(guestapi.ReadRequest{Where: asUser, Path: "t.txt", Offset: 26})
-	wantClass(t, err, errdefs.InvalidArgument, "")
+	r, err = s.Read(guestapi.ReadRequest{Where: asUser, Path: "t.txt", Offset: 26})
+	if err != nil || len(r.Lines) != 0 || r.TotalLines != 26 || r.NextOffset != 0 {
+		t.Fatalf("past the end: %+v %v", r, err)
+	}
 	upload(t, s, asUser, "/home/user/bin", []byte("ELF\x00\x01\x02"))
 	if r, _ := s.Read(guestapi.ReadRequest{Where: asUser, Path: "bin"}); !r.Binary || len(r.Lines) != 0 {
 		t.Fatalf("binary: %+v", r)
@@ -295,7 +297,7 @@ func TestWriteAndEdit(t *testing.T) {
 	_, err = s.Write(guestapi.WriteRequest{Where: asUser, Path: "/home/user/src/a.py", Content: "z", CreateOnly: true})
 	wantClass(t, err, errdefs.AlreadyExists, "")
 	_, err = s.Edit(guestapi.EditRequest{Where: asUser, Path: "src/a.py", Old: "x = 1", New: "x = 3"})
-	if err == nil || !strings.Contains(err.Error(), "appears 2 times") {
+	if err == nil || !strings.Contains(err.Error(), "appears 2 times") || errdefs.ReasonOf(err) != errdefs.NotUnique {
 		t.Fatalf("not unique: %v", err)
 	}
 	_, err = s.Edit(guestapi.EditRequest{Where: asUser, Path: "src/a.py", Old: "nope", New: ""})
@@ -318,6 +320,16 @@ func TestWriteAndEdit(t *testing.T) {
 	if string(b) != "x = 10\nx = 10\n" || st.Mode().Perm() != 0o640 {
 		t.Fatalf("after edits: %q %v", b, st.Mode())
 	}
+	// A CRLF file edited with the LF text read shows keeps its CRLFs.
+	upload(t, s, asUser, "/home/user/dos.txt", []byte("one\r\ntwo\r\nthree\r\n"))
+	if res, err := s.Edit(guestapi.EditRequest{Where: asUser, Path: "dos.txt", Old: "one\ntwo", New: "1\n2"}); err != nil || res.Occurrences != 1 {
+		t.Fatalf("CRLF edit: %+v %v", res, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "home/user/dos.txt")); string(b) != "1\r\n2\r\nthree\r\n" {
+		t.Fatalf("after the CRLF edit: %q", b)
+	}
+	_, err = s.Edit(guestapi.EditRequest{Where: asUser, Path: "dos.txt", Old: "nope", New: ""})
+	wantClass(t, err, errdefs.InvalidArgument, errdefs.NoMatch)
 }
 
 func TestFilesystemOps(t *testing.T) {
@@ -393,11 +405,14 @@ func TestGlob(t *testing.T) {
 		"a.py": "", "b.txt": "", "src/c.py": "", "src/deep/d.py": "", ".hidden.py": "", "src/.git/e.py": "", "x.go": "",
 	})
 	cases := map[string][]string{
-		"*.py":         {"/home/user/p/a.py"},
+		// Without "/": the name at any depth, dot-directories included.
+		"*.py":      {"/home/user/p/a.py", "/home/user/p/src/.git/e.py", "/home/user/p/src/c.py", "/home/user/p/src/deep/d.py"},
+		"*.{py,go}": {"/home/user/p/a.py", "/home/user/p/src/.git/e.py", "/home/user/p/src/c.py", "/home/user/p/src/deep/d.py", "/home/user/p/x.go"},
+		".*.py":     {"/home/user/p/.hidden.py"},
+		// With "/": relative to the root; "**" skips dot-directories.
+		"/*.py":        {"/home/user/p/a.py"},
 		"**/*.py":      {"/home/user/p/a.py", "/home/user/p/src/c.py", "/home/user/p/src/deep/d.py"},
-		"src/**":       {"/home/user/p/src", "/home/user/p/src/c.py", "/home/user/p/src/deep", "/home/user/p/src/deep/d.py"},
-		"*.{py,go}":    {"/home/user/p/a.py", "/home/user/p/x.go"},
-		".*.py":        {"/home/user/p/.hidden.py"},
+		"src/**":       {"/home/user/p/src/c.py", "/home/user/p/src/deep/d.py"},
 		"src/*/?.py":   {"/home/user/p/src/deep/d.py"},
 		"nothing/*.py": {},
 	}
@@ -414,12 +429,18 @@ func TestGlob(t *testing.T) {
 			t.Errorf("glob %s: %v, want %v", pat, got, want)
 		}
 	}
-	r, _ := s.Glob(guestapi.GlobRequest{Where: asUser, Pattern: "**", Path: "/home/user/p", Limit: 2})
+	r, _ := s.Glob(guestapi.GlobRequest{Where: asUser, Pattern: "*", Path: "/home/user/p", Limit: 2})
 	if !r.Truncated || len(r.Matches) != 2 {
 		t.Fatalf("limit: %+v", r)
 	}
 	_, err := s.Glob(guestapi.GlobRequest{Where: asUser, Pattern: "[", Path: "/home/user/p"})
 	wantClass(t, err, errdefs.InvalidArgument, "")
+	_, err = s.Glob(guestapi.GlobRequest{Where: asUser, Pattern: "../*", Path: "/home/user/p"})
+	wantClass(t, err, errdefs.InvalidArgument, "")
+	r, _ = s.Glob(guestapi.GlobRequest{Where: asUser, Pattern: "src/*", Path: "/home/user/p", IncludeDirs: true})
+	if len(r.Matches) != 2 || r.Matches[1].Type != guestapi.TypeDir {
+		t.Fatalf("include_dirs: %+v", r.Matches)
+	}
 }
 
 func TestGrep(t *testing.T) {

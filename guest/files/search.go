@@ -153,6 +153,11 @@ func newMatcher(field, pattern string) (*matcher, error) {
 	}
 	m := &matcher{}
 	for _, a := range alts {
+		for _, seg := range strings.Split(a, "/") {
+			if seg == ".." {
+				return nil, errdefs.New(errdefs.InvalidArgument, "%s: %q has a \"..\" segment", field, pattern)
+			}
+		}
 		segs := strings.Split(strings.Trim(path.Clean("/" + a)[1:], "/"), "/")
 		for _, s := range segs {
 			if s == "**" {
@@ -209,16 +214,17 @@ func matchSegs(pat, parts []string) bool {
 	return len(parts) == 0
 }
 
-// Glob finds paths matching a pattern below a directory.
+// Glob finds files matching a pattern below a directory, with the shared
+// contract of agent backends (deepagents'): a pattern without "/" matches
+// the name at any depth; one with "/" matches the path relative to the
+// search root ("**" spans directories but not dot-directories); a leading
+// "/" anchors to the search root. Directories match only with IncludeDirs.
 func (s *Service) Glob(req guestapi.GlobRequest) (guestapi.GlobResult, error) {
 	c, err := s.caller(req.Where)
 	if err != nil {
 		return guestapi.GlobResult{}, err
 	}
-	base, pattern := req.Path, req.Pattern
-	if strings.HasPrefix(pattern, "/") {
-		base, pattern = "/", pattern[1:]
-	}
+	base := req.Path
 	if base == "" {
 		base = c.cwd
 	}
@@ -226,7 +232,8 @@ func (s *Service) Glob(req guestapi.GlobRequest) (guestapi.GlobResult, error) {
 	if err != nil {
 		return guestapi.GlobResult{}, err
 	}
-	m, err := newMatcher("pattern", pattern)
+	anchored := strings.Contains(req.Pattern, "/")
+	m, err := newMatcher("pattern", strings.TrimPrefix(req.Pattern, "/"))
 	if err != nil {
 		return guestapi.GlobResult{}, err
 	}
@@ -234,9 +241,9 @@ func (s *Service) Glob(req guestapi.GlobRequest) (guestapi.GlobResult, error) {
 	if limit <= 0 || limit > guestapi.MaxGlobResults {
 		limit = 10000
 	}
-	depth := m.maxSegs
-	if m.deep {
-		depth = 64
+	depth := 64
+	if anchored && !m.deep {
+		depth = m.maxSegs
 	}
 	out := guestapi.GlobResult{Matches: []guestapi.FileInfo{}}
 	err = as(c.acc, func() error {
@@ -246,22 +253,38 @@ func (s *Service) Glob(req guestapi.GlobRequest) (guestapi.GlobResult, error) {
 		}
 		defer d.Close()
 		n := &namer{}
-		return walk(d, p, depth, func(dir int, name, full string, _ os.FileMode) (bool, error) {
-			rel := strings.TrimPrefix(strings.TrimPrefix(full, p), "/")
-			if m.match(rel) {
-				if len(out.Matches) >= limit {
-					out.Truncated = true
-					return false, errStop
-				}
-				if fi, err := n.statAt(dir, name, full); err == nil {
-					out.Matches = append(out.Matches, fi)
-				}
+		prefix := len(strings.TrimSuffix(p, "/")) + 1
+		return walk(d, p, depth, func(dir int, name, full string, typ os.FileMode) (bool, error) {
+			if !typ.IsRegular() && !(req.IncludeDirs && typ.IsDir()) {
+				return true, nil
+			}
+			ok := anchored && m.match(full[prefix:]) || !anchored && m.matchName(name)
+			if !ok {
+				return true, nil
+			}
+			if len(out.Matches) >= limit {
+				out.Truncated = true
+				return false, errStop
+			}
+			if fi, err := n.statAt(dir, name, full); err == nil {
+				out.Matches = append(out.Matches, fi)
 			}
 			return true, nil
 		})
 	})
 	sort.Slice(out.Matches, func(i, j int) bool { return out.Matches[i].Path < out.Matches[j].Path })
 	return out, err
+}
+
+// matchName matches a file's name against the single-segment patterns, a
+// wildcard not matching a leading dot.
+func (m *matcher) matchName(name string) bool {
+	for _, p := range m.pats {
+		if len(p) == 1 && p[0] != "**" && matchSegs(p, []string{name}) {
+			return true
+		}
+	}
+	return false
 }
 
 // Bounds of the text tools.

@@ -331,7 +331,9 @@ func cgroupLimits(l runtime.Limits) cgroup.Limits {
 	return cgroup.Limits{CPUs: l.CPUs, MemoryBytes: l.MemoryBytes, Pids: l.Pids}
 }
 
-// Close stops the runtime's exit monitors. Sandboxes keep running.
+// Close stops the runtime's exit monitors of re-attached sandboxes.
+// Sandboxes keep running; the waits on sandboxes this daemon started end
+// with the sandbox or with the process.
 func (r *Runtime) Close() error {
 	r.cancel()
 	r.wg.Wait()
@@ -465,9 +467,10 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 		return nil, err
 	}
 	exited := make(chan struct{})
-	r.wg.Add(1)
-	go func() { // owns the child: reaps it and reports its exit
-		defer r.wg.Done()
+	// Owns the child: reaps it and reports its exit. It lives as long as the
+	// sandbox, which outlives the daemon: Close does not wait for it (when
+	// the daemon exits, the kernel hands the child to init).
+	go func() {
 		cmd.Wait()
 		close(exited)
 	}()

@@ -1,0 +1,54 @@
+"""berth: self-hosted sandboxes for AI agents.
+
+    from berth import Berth
+
+    with Berth() as client, client.create() as sb:
+        print(sb.exec("echo hello").stdout)
+
+The deepagents backend is :class:`berth.deepagents.BerthSandbox`
+(install ``berth[deepagents]``).
+"""
+
+from ._client import DEFAULT_URL, AsyncBerth, AsyncSandbox, Berth, Sandbox
+from .errors import (
+    AlreadyExists,
+    BerthError,
+    Conflict,
+    DaemonUnreachable,
+    DeadlineExceeded,
+    InternalError,
+    InvalidArgument,
+    NotFound,
+    NotImplementedByRuntime,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+from .types import ExecEvent, ExecResult, SandboxInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_URL",
+    "AlreadyExists",
+    "AsyncBerth",
+    "AsyncSandbox",
+    "Berth",
+    "BerthError",
+    "Conflict",
+    "DaemonUnreachable",
+    "DeadlineExceeded",
+    "ExecEvent",
+    "ExecResult",
+    "InternalError",
+    "InvalidArgument",
+    "NotFound",
+    "NotImplementedByRuntime",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "Sandbox",
+    "SandboxInfo",
+    "Unauthenticated",
+    "Unavailable",
+]

@@ -1,0 +1,621 @@
+"""Sync and async clients of the berth API.
+
+Each operation is described once, as a :class:`_Call` built by
+:class:`_Ops`; :class:`Berth` and :class:`AsyncBerth` (and their sandbox
+handles) only send it with a sync or an async ``httpx`` client.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable
+from urllib.parse import quote
+
+import httpx
+
+from .errors import BerthError, DaemonUnreachable, error_for
+from .types import (
+    ExecEvent,
+    ExecResult,
+    FileInfo,
+    GlobResult,
+    GrepResult,
+    ListResult,
+    ReadResult,
+    SandboxInfo,
+)
+
+DEFAULT_URL = "http://127.0.0.1:7680"
+Body = bytes | IO[bytes] | Iterator[bytes]
+
+
+@dataclass
+class _Call:
+    method: str
+    path: str
+    params: dict[str, str] = field(default_factory=dict)
+    json: Any = None
+    content: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    parse: Callable[[httpx.Response], Any] = lambda r: r.json() if r.content else None
+    # Calls that wait on a command wait as long as it runs (the command's own
+    # timeout bounds it); others use the client's timeout.
+    timeout: Any = httpx.USE_CLIENT_DEFAULT
+
+
+_WAIT = httpx.Timeout(None, connect=10.0)
+
+
+def _sb(id: str, *rest: str) -> str:
+    return "/v1/sandboxes/" + quote(id, safe="") + "".join("/" + r for r in rest)
+
+
+def _drop_none(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def _where(user: str | None, cwd: str | None) -> dict[str, str]:
+    return _drop_none({"user": user, "cwd": cwd})
+
+
+def _exec_body(
+    cmd: Sequence[str] | str,
+    *,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    user: str | None,
+    stdin: bytes | str | None,
+    timeout: float | None,
+    max_output_bytes: int | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"shell": cmd} if isinstance(cmd, str) else {"cmd": list(cmd)}
+    if isinstance(stdin, str):
+        stdin = stdin.encode()
+    body.update(
+        _drop_none(
+            {
+                "env": dict(env) if env else None,
+                "cwd": cwd,
+                "user": user,
+                "stdin": base64.b64encode(stdin).decode() if stdin else None,
+                "timeout_ms": int(timeout * 1000) if timeout else None,
+                "max_output_bytes": max_output_bytes,
+            }
+        )
+    )
+    return body
+
+
+def _limits(memory: int | None, cpus: float | None, pids: int | None, disk: int | None) -> dict[str, Any] | None:
+    lim = _drop_none({"memory_bytes": memory, "cpus": cpus, "pids": pids, "disk_bytes": disk})
+    return lim or None
+
+
+def _create_body(
+    labels: Mapping[str, str] | None,
+    env: Mapping[str, str] | None,
+    user: str | None,
+    workdir: str | None,
+    image: str | None,
+    memory: int | None,
+    cpus: float | None,
+    pids: int | None,
+    disk: int | None,
+    idle_timeout: float | None,
+    delete_after: float | None,
+) -> dict[str, Any]:
+    timeouts = _drop_none(
+        {
+            "idle_timeout_s": int(idle_timeout) if idle_timeout is not None else None,
+            "delete_after_s": int(delete_after) if delete_after is not None else None,
+        }
+    )
+    return _drop_none(
+        {
+            "labels": dict(labels) if labels else None,
+            "env": dict(env) if env else None,
+            "user": user,
+            "workdir": workdir,
+            "image": image,
+            "limits": _limits(memory, cpus, pids, disk),
+            "timeouts": timeouts or None,
+        }
+    )
+
+
+class _Ops:
+    """Builds the call of every operation."""
+
+    @staticmethod
+    def create(body: dict[str, Any]) -> _Call:
+        return _Call("POST", "/v1/sandboxes", json=body, parse=lambda r: SandboxInfo.from_json(r.json()))
+
+    @staticmethod
+    def get_or_create(body: dict[str, Any]) -> _Call:
+        return _Call("POST", "/v1/sandboxes/get-or-create", json=body, parse=lambda r: SandboxInfo.from_json(r.json()))
+
+    @staticmethod
+    def get(id: str) -> _Call:
+        return _Call("GET", _sb(id), parse=lambda r: SandboxInfo.from_json(r.json()))
+
+    @staticmethod
+    def list(labels: Mapping[str, str] | None, selector: str | None) -> _Call:
+        sel = ",".join(f"{k}={v}" for k, v in (labels or {}).items())
+        if selector:
+            sel = f"{sel},{selector}" if sel else selector
+        params = {"selector": sel} if sel else {}
+        return _Call(
+            "GET", "/v1/sandboxes", params=params, parse=lambda r: [SandboxInfo.from_json(s) for s in r.json()["sandboxes"]]
+        )
+
+    @staticmethod
+    def lifecycle(id: str, verb: str) -> _Call:
+        return _Call("POST", _sb(id, verb), parse=lambda r: SandboxInfo.from_json(r.json()) if r.content else None)
+
+    @staticmethod
+    def delete(id: str) -> _Call:
+        return _Call("DELETE", _sb(id))
+
+    @staticmethod
+    def exec(id: str, body: dict[str, Any]) -> _Call:
+        return _Call("POST", _sb(id, "exec"), json=body, parse=lambda r: ExecResult.from_json(r.json()), timeout=_WAIT)
+
+    @staticmethod
+    def exec_stream(id: str, body: dict[str, Any]) -> _Call:
+        return _Call("POST", _sb(id, "exec"), params={"stream": "true"}, json=body, timeout=_WAIT)
+
+    @staticmethod
+    def start_process(id: str, body: dict[str, Any]) -> _Call:
+        return _Call("POST", _sb(id, "processes"), json=body)
+
+    @staticmethod
+    def wait_process(id: str, pid: int, timeout: float | None) -> _Call:
+        params = {"timeout_ms": str(int(timeout * 1000))} if timeout else {}
+        return _Call(
+            "POST", _sb(id, "processes", str(pid), "wait"), params=params, parse=lambda r: ExecResult.from_json(r.json()), timeout=_WAIT
+        )
+
+    @staticmethod
+    def signal_process(id: str, pid: int, signal: str) -> _Call:
+        return _Call("POST", _sb(id, "processes", str(pid), "signal"), json={"signal": signal})
+
+    @staticmethod
+    def fs(id: str, op: str, body: dict[str, Any]) -> _Call:
+        return _Call("POST", _sb(id, "fs", op), json=body)
+
+    @staticmethod
+    def upload(id: str, path: str, data: Any, mode: int | None, user: str | None, create_only: bool) -> _Call:
+        params = {"path": path, **_where(user, None)}
+        if mode is not None:
+            params["mode"] = format(mode, "o")
+        if create_only:
+            params["create_only"] = "true"
+        return _Call("PUT", _sb(id, "files"), params=params, content=data, headers={"Content-Type": "application/octet-stream"})
+
+    @staticmethod
+    def download(id: str, path: str, user: str | None) -> _Call:
+        return _Call("GET", _sb(id, "files"), params={"path": path, **_where(user, None)}, parse=lambda r: r.content)
+
+    @staticmethod
+    def upload_archive(id: str, path: str, data: Any, user: str | None) -> _Call:
+        return _Call(
+            "PUT", _sb(id, "archive"), params={"path": path, **_where(user, None)}, content=data, headers={"Content-Type": "application/x-tar"}
+        )
+
+    @staticmethod
+    def download_archive(id: str, path: str, user: str | None) -> _Call:
+        return _Call("GET", _sb(id, "archive"), params={"path": path, **_where(user, None)}, parse=lambda r: r.content)
+
+
+def _base_url(url: str | None) -> tuple[str, httpx.BaseTransport | None, httpx.AsyncBaseTransport | None]:
+    url = url or os.environ.get("BERTH_URL") or DEFAULT_URL
+    if url.startswith("unix://"):
+        sock = url[len("unix://") :]
+        return "http://berth", httpx.HTTPTransport(uds=sock), httpx.AsyncHTTPTransport(uds=sock)
+    if "://" not in url:
+        url = "http://" + url
+    return url.rstrip("/"), None, None
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    key = api_key or os.environ.get("BERTH_API_KEY")
+    h = {"User-Agent": "berth-python/0.1.0", "Accept-Encoding": "identity"}
+    if key:
+        h["Authorization"] = f"Bearer {key}"
+    return h
+
+
+def _check(r: httpx.Response) -> httpx.Response:
+    if r.status_code // 100 == 2:
+        return r
+    try:
+        body = r.json()
+    except ValueError:
+        body = None
+    raise error_for(r.status_code, body)
+
+
+def _ndjson(lines: Iterator[str]) -> Iterator[ExecEvent]:
+    for line in lines:
+        if line.strip():
+            yield ExecEvent.from_json(json.loads(line))
+
+
+class _FileMixin:
+    """File tools shared by both sandbox handles: each builds its call."""
+
+    id: str
+
+    def _fs(self, op: str, body: dict[str, Any]) -> _Call:
+        return _Ops.fs(self.id, op, _drop_none(body))
+
+
+class Sandbox(_FileMixin):
+    """A handle on one sandbox, from :class:`Berth`.
+
+    Used as a context manager, it deletes the sandbox on exit if
+    ``ephemeral`` (the default for sandboxes made by :meth:`Berth.create`).
+    """
+
+    def __init__(self, client: Berth, info: SandboxInfo, *, ephemeral: bool = False) -> None:
+        self._c = client
+        self.info = info
+        self.id = info.id
+        self.ephemeral = ephemeral
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.id!r}, state={self.info.state!r})"
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.ephemeral:
+            self.delete()
+
+    # lifecycle
+    def refresh(self) -> SandboxInfo:
+        self.info = self._c._send(_Ops.get(self.id))
+        return self.info
+
+    def stop(self) -> SandboxInfo:
+        self.info = self._c._send(_Ops.lifecycle(self.id, "stop"))
+        return self.info
+
+    def start(self) -> SandboxInfo:
+        self.info = self._c._send(_Ops.lifecycle(self.id, "start"))
+        return self.info
+
+    def delete(self) -> None:
+        self._c.delete(self.id)
+
+    # exec
+    def exec(
+        self,
+        cmd: Sequence[str] | str,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        stdin: bytes | str | None = None,
+        timeout: float | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run a command (argv, or a string for ``/bin/sh -c``) and wait for it."""
+        body = _exec_body(cmd, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes)
+        return self._c._send(_Ops.exec(self.id, body))
+
+    def exec_stream(self, cmd: Sequence[str] | str, **kw: Any) -> Iterator[ExecEvent]:
+        """Run a command and yield its events as they happen (start, stdout, stderr, exit)."""
+        call = _Ops.exec_stream(self.id, _exec_body(cmd, **{k: kw.get(k) for k in _EXEC_KW}))
+        with self._c._stream(call) as r:
+            yield from _ndjson(r.iter_lines())
+
+    def start_process(self, cmd: Sequence[str] | str, **kw: Any) -> int:
+        """Start a command in the background; returns its pid."""
+        info = self._c._send(_Ops.start_process(self.id, _exec_body(cmd, **{k: kw.get(k) for k in _EXEC_KW})))
+        return int(info["pid"])
+
+    def wait_process(self, pid: int, timeout: float | None = None) -> ExecResult:
+        return self._c._send(_Ops.wait_process(self.id, pid, timeout))
+
+    def kill_process(self, pid: int, signal: str = "KILL") -> None:
+        self._c._send(_Ops.signal_process(self.id, pid, signal))
+
+    # files
+    def upload(self, path: str, data: Body | str, *, mode: int | None = None, user: str | None = None, create_only: bool = False) -> FileInfo:
+        """Write bytes (or a str, as UTF-8, or a binary file object) to a file, making parents."""
+        if isinstance(data, str):
+            data = data.encode()
+        return self._c._send(_Ops.upload(self.id, path, data, mode, user, create_only))
+
+    def download(self, path: str, *, user: str | None = None) -> bytes:
+        """Read a whole file."""
+        return self._c._send(_Ops.download(self.id, path, user))
+
+    def download_to(self, path: str, local: str | os.PathLike[str], *, user: str | None = None) -> None:
+        """Stream a file to a local path."""
+        with self._c._stream(_Ops.download(self.id, path, user)) as r, open(local, "wb") as f:
+            for chunk in r.iter_bytes(1 << 20):
+                f.write(chunk)
+
+    def upload_archive(self, path: str, tar: Body, *, user: str | None = None) -> dict[str, Any]:
+        """Unpack a tar stream into a directory (made if missing)."""
+        return self._c._send(_Ops.upload_archive(self.id, path, tar, user))
+
+    def download_archive(self, path: str, *, user: str | None = None) -> bytes:
+        """A file or tree as a tar stream (the tree under its own name)."""
+        return self._c._send(_Ops.download_archive(self.id, path, user))
+
+    def upload_files(self, files: Sequence[tuple[str, bytes]], *, user: str | None = None) -> list[dict[str, Any]]:
+        """Write many files; each result has ``path`` and, on failure, ``error``."""
+        body = {"files": [{"path": p, "content": base64.b64encode(c).decode()} for p, c in files], "user": user}
+        return self._c._send(self._fs("upload", body))["results"]
+
+    def download_files(self, paths: Sequence[str], *, user: str | None = None) -> list[dict[str, Any]]:
+        """Read many files; each result has ``path`` and ``content`` (bytes) or ``error``."""
+        res = self._c._send(self._fs("download", {"paths": list(paths), "user": user}))["results"]
+        return [_decode_content(r) for r in res]
+
+    def stat(self, path: str, **w: Any) -> FileInfo:
+        return self._c._send(self._fs("stat", {"path": path, **w}))
+
+    def exists(self, path: str, **w: Any) -> bool:
+        return bool(self._c._send(self._fs("exists", {"path": path, **w}))["exists"])
+
+    def ls(self, path: str, *, depth: int | None = None, **w: Any) -> ListResult:
+        return self._c._send(self._fs("list", {"path": path, "depth": depth, **w}))
+
+    def mkdir(self, path: str, *, parents: bool = True, mode: int | None = None, **w: Any) -> FileInfo:
+        return self._c._send(self._fs("mkdir", {"path": path, "parents": parents, "mode": mode, **w}))
+
+    def move(self, src: str, dst: str, *, overwrite: bool = False, **w: Any) -> FileInfo:
+        return self._c._send(self._fs("move", {"from": src, "to": dst, "overwrite": overwrite, **w}))
+
+    def remove(self, path: str, *, recursive: bool = False, force: bool = False, **w: Any) -> None:
+        self._c._send(self._fs("remove", {"path": path, "recursive": recursive, "force": force, **w}))
+
+    def read(self, path: str, *, offset: int = 0, limit: int | None = None, **w: Any) -> ReadResult:
+        """A page of a text file's numbered lines."""
+        return self._c._send(self._fs("read", {"path": path, "offset": offset, "limit": limit, **w}))
+
+    def write(self, path: str, content: str, *, create_only: bool = False, **w: Any) -> FileInfo:
+        return self._c._send(self._fs("write", {"path": path, "content": content, "create_only": create_only, **w}))
+
+    def edit(self, path: str, old: str, new: str, *, replace_all: bool = False, **w: Any) -> int:
+        """Replace ``old`` with ``new``; returns the number of occurrences replaced."""
+        body = {"path": path, "old": old, "new": new, "replace_all": replace_all, **w}
+        return int(self._c._send(self._fs("edit", body))["occurrences"])
+
+    def glob(self, pattern: str, path: str | None = None, *, limit: int | None = None, **w: Any) -> GlobResult:
+        return self._c._send(self._fs("glob", {"pattern": pattern, "path": path, "limit": limit, **w}))
+
+    def grep(
+        self,
+        pattern: str,
+        path: str | None = None,
+        *,
+        glob: str | None = None,
+        regex: bool = False,
+        ignore_case: bool = False,
+        limit: int | None = None,
+        **w: Any,
+    ) -> GrepResult:
+        body = {"pattern": pattern, "path": path, "glob": glob, "regex": regex, "ignore_case": ignore_case, "limit": limit, **w}
+        return self._c._send(self._fs("grep", body))
+
+
+_EXEC_KW = ("env", "cwd", "user", "stdin", "timeout", "max_output_bytes")
+
+
+def _decode_content(r: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(r.get("content"), str):
+        r["content"] = base64.b64decode(r["content"])
+    elif "error" not in r or r.get("error") is None:
+        r["content"] = b""
+    return r
+
+
+class Berth:
+    """The sync client. ``url`` defaults to ``$BERTH_URL`` or http://127.0.0.1:7680
+    (``unix:///path`` for a socket); ``api_key`` to ``$BERTH_API_KEY``."""
+
+    def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 300.0) -> None:
+        base, transport, _ = _base_url(url)
+        self.url = url or os.environ.get("BERTH_URL") or DEFAULT_URL
+        self._http = httpx.Client(base_url=base, transport=transport, headers=_headers(api_key), timeout=timeout)
+
+    def __enter__(self) -> Berth:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _send(self, call: _Call) -> Any:
+        try:
+            r = self._http.request(
+                call.method, call.path, params=call.params, json=call.json, content=call.content, headers=call.headers, timeout=call.timeout
+            )
+        except httpx.TransportError as e:
+            raise DaemonUnreachable(f"berth daemon not reachable at {self.url}: {e}") from e
+        return call.parse(_check(r))
+
+    def _stream(self, call: _Call) -> Any:
+        return _StreamContext(self, call)
+
+    def create(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        workdir: str | None = None,
+        image: str | None = None,
+        memory: int | None = None,
+        cpus: float | None = None,
+        pids: int | None = None,
+        disk: int | None = None,
+        idle_timeout: float | None = None,
+        delete_after: float | None = None,
+        ephemeral: bool = True,
+    ) -> Sandbox:
+        """Create a sandbox. As a context manager it is deleted on exit unless ``ephemeral=False``."""
+        body = _create_body(labels, env, user, workdir, image, memory, cpus, pids, disk, idle_timeout, delete_after)
+        return Sandbox(self, self._send(_Ops.create(body)), ephemeral=ephemeral)
+
+    def get_or_create(self, labels: Mapping[str, str], **kw: Any) -> Sandbox:
+        """The sandbox carrying these labels (started if stopped), or a new one: one per conversation."""
+        body = _create_body(labels, *(kw.get(k) for k in _CREATE_KW))
+        return Sandbox(self, self._send(_Ops.get_or_create(body)), ephemeral=False)
+
+    def get(self, id: str) -> Sandbox:
+        return Sandbox(self, self._send(_Ops.get(id)))
+
+    def list(self, labels: Mapping[str, str] | None = None, *, selector: str | None = None) -> list[SandboxInfo]:
+        return self._send(_Ops.list(labels, selector))
+
+    def delete(self, id: str) -> None:
+        self._send(_Ops.delete(id))
+
+
+_CREATE_KW = ("env", "user", "workdir", "image", "memory", "cpus", "pids", "disk", "idle_timeout", "delete_after")
+
+
+class _StreamContext:
+    def __init__(self, client: Berth, call: _Call) -> None:
+        self._c, self._call, self._cm = client, call, None
+
+    def __enter__(self) -> httpx.Response:
+        call = self._call
+        try:
+            self._cm = self._c._http.stream(
+                call.method, call.path, params=call.params, json=call.json, headers=call.headers, timeout=call.timeout
+            )
+            r = self._cm.__enter__()
+        except httpx.TransportError as e:
+            raise DaemonUnreachable(f"berth daemon not reachable at {self._c.url}: {e}") from e
+        if r.status_code // 100 != 2:
+            r.read()
+            self._cm.__exit__(None, None, None)
+            _check(r)
+        return r
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(*exc)
+
+
+class AsyncSandbox(_FileMixin):
+    """A handle on one sandbox, from :class:`AsyncBerth` (``async with`` deletes an ephemeral one)."""
+
+    def __init__(self, client: AsyncBerth, info: SandboxInfo, *, ephemeral: bool = False) -> None:
+        self._c = client
+        self.info = info
+        self.id = info.id
+        self.ephemeral = ephemeral
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.ephemeral:
+            await self.delete()
+
+    async def stop(self) -> SandboxInfo:
+        self.info = await self._c._send(_Ops.lifecycle(self.id, "stop"))
+        return self.info
+
+    async def start(self) -> SandboxInfo:
+        self.info = await self._c._send(_Ops.lifecycle(self.id, "start"))
+        return self.info
+
+    async def delete(self) -> None:
+        await self._c.delete(self.id)
+
+    async def exec(self, cmd: Sequence[str] | str, **kw: Any) -> ExecResult:
+        """Run a command and wait for it (keywords as :meth:`Sandbox.exec`)."""
+        return await self._c._send(_Ops.exec(self.id, _exec_body(cmd, **{k: kw.get(k) for k in _EXEC_KW})))
+
+    async def exec_stream(self, cmd: Sequence[str] | str, **kw: Any) -> AsyncIterator[ExecEvent]:
+        call = _Ops.exec_stream(self.id, _exec_body(cmd, **{k: kw.get(k) for k in _EXEC_KW}))
+        async with self._c._http.stream(call.method, call.path, params=call.params, json=call.json, timeout=call.timeout) as r:
+            if r.status_code // 100 != 2:
+                await r.aread()
+                _check(r)
+            async for line in r.aiter_lines():
+                if line.strip():
+                    yield ExecEvent.from_json(json.loads(line))
+
+    async def upload(self, path: str, data: bytes | str, *, mode: int | None = None, user: str | None = None, create_only: bool = False) -> FileInfo:
+        if isinstance(data, str):
+            data = data.encode()
+        return await self._c._send(_Ops.upload(self.id, path, data, mode, user, create_only))
+
+    async def download(self, path: str, *, user: str | None = None) -> bytes:
+        return await self._c._send(_Ops.download(self.id, path, user))
+
+    async def upload_files(self, files: Sequence[tuple[str, bytes]], *, user: str | None = None) -> list[dict[str, Any]]:
+        body = {"files": [{"path": p, "content": base64.b64encode(c).decode()} for p, c in files], "user": user}
+        return (await self._c._send(self._fs("upload", body)))["results"]
+
+    async def download_files(self, paths: Sequence[str], *, user: str | None = None) -> list[dict[str, Any]]:
+        res = (await self._c._send(self._fs("download", {"paths": list(paths), "user": user})))["results"]
+        return [_decode_content(r) for r in res]
+
+    async def fs(self, op: str, **body: Any) -> Any:
+        """Any file operation by name (stat, exists, list, mkdir, move, remove, read, write, edit, glob, grep)."""
+        return await self._c._send(self._fs(op, body))
+
+
+class AsyncBerth:
+    """The async client (same configuration as :class:`Berth`)."""
+
+    def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 300.0) -> None:
+        base, _, transport = _base_url(url)
+        self.url = url or os.environ.get("BERTH_URL") or DEFAULT_URL
+        self._http = httpx.AsyncClient(base_url=base, transport=transport, headers=_headers(api_key), timeout=timeout)
+
+    async def __aenter__(self) -> AsyncBerth:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, call: _Call) -> Any:
+        try:
+            r = await self._http.request(
+                call.method, call.path, params=call.params, json=call.json, content=call.content, headers=call.headers, timeout=call.timeout
+            )
+        except httpx.TransportError as e:
+            raise DaemonUnreachable(f"berth daemon not reachable at {self.url}: {e}") from e
+        return call.parse(_check(r))
+
+    async def create(self, *, ephemeral: bool = True, labels: Mapping[str, str] | None = None, **kw: Any) -> AsyncSandbox:
+        body = _create_body(labels, *(kw.get(k) for k in _CREATE_KW))
+        return AsyncSandbox(self, await self._send(_Ops.create(body)), ephemeral=ephemeral)
+
+    async def get_or_create(self, labels: Mapping[str, str], **kw: Any) -> AsyncSandbox:
+        body = _create_body(labels, *(kw.get(k) for k in _CREATE_KW))
+        return AsyncSandbox(self, await self._send(_Ops.get_or_create(body)), ephemeral=False)
+
+    async def get(self, id: str) -> AsyncSandbox:
+        return AsyncSandbox(self, await self._send(_Ops.get(id)))
+
+    async def list(self, labels: Mapping[str, str] | None = None, *, selector: str | None = None) -> list[SandboxInfo]:
+        return await self._send(_Ops.list(labels, selector))
+
+    async def delete(self, id: str) -> None:
+        await self._send(_Ops.delete(id))
+
+
+__all__ = ["DEFAULT_URL", "AsyncBerth", "AsyncSandbox", "Berth", "BerthError", "Sandbox"]

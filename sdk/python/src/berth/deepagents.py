@@ -1,0 +1,329 @@
+"""A deepagents sandbox backend served by berth.
+
+    from deepagents import create_deep_agent
+    from berth import Berth
+    from berth.deepagents import BerthSandbox
+
+    agent = create_deep_agent(model=..., backend=BerthSandbox(sandbox=Berth().create(ephemeral=False)))
+
+``execute`` runs the command in the sandbox; ``upload_files`` and
+``download_files`` use berth's batch transfers. ``ls``, ``read``, ``write``,
+``edit``, ``glob`` and ``grep`` are one berth API call each (served by the
+sandbox's guest agent), where deepagents' ``BaseSandbox`` would pipe Python
+scripts through ``execute``; their results and error texts follow
+``BaseSandbox``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import posixpath
+from typing import Any
+
+from deepagents.backends.protocol import (
+    EditResult,
+    ExecuteResponse,
+    FileData,
+    FileDownloadResponse,
+    FileInfo,
+    FileUploadResponse,
+    GlobResult,
+    GrepMatch,
+    GrepResult,
+    LsResult,
+    ReadResult,
+    WriteResult,
+)
+from deepagents.backends.sandbox import BaseSandbox
+from deepagents.backends.utils import _get_backend_read_file_type, normalize_read_bounds
+
+from ._client import Sandbox
+from .errors import BerthError, InvalidArgument, NotFound, PermissionDenied
+
+# The limits and texts of deepagents' BaseSandbox.read, kept identical.
+_MAX_OUTPUT_BYTES = 500 * 1024
+_MAX_BINARY_BYTES = 500 * 1024
+_TRUNCATION_MSG = "\n\n" + (
+    "[Output was truncated due to size limits. "
+    "This paginated read result exceeded the sandbox stdout limit. "
+    "Continue reading with a larger offset or smaller limit to inspect the rest of the file.]"
+)
+_EMPTY_FILE = "System reminder: File exists but has empty contents"
+
+
+def _code(e: BerthError) -> str:
+    """A berth error as the short code BaseSandbox's scripts report."""
+    if isinstance(e, NotFound) or e.reason == "not_directory":
+        return "file_not_found"
+    if isinstance(e, PermissionDenied):
+        return "permission_denied"
+    if e.reason in ("is_directory", "not_regular_file"):
+        return "not_a_file"
+    if e.reason == "invalid_path":
+        return "invalid_path"
+    return e.message
+
+DEFAULT_TIMEOUT = 30 * 60
+"""Seconds an ``execute`` may run when the agent gives no timeout."""
+
+_ERROR_CODES = {
+    "not_found": "file_not_found",
+    "permission_denied": "permission_denied",
+}
+_REASON_CODES = {
+    "is_directory": "is_directory",
+    "invalid_path": "invalid_path",
+    "not_directory": "file_not_found",
+}
+
+
+def _file_error(err: dict[str, Any] | None) -> str | None:
+    """Map a berth per-file error onto deepagents' FileOperationError codes."""
+    if not err:
+        return None
+    reason = err.get("reason") or ""
+    if reason in _REASON_CODES:
+        return _REASON_CODES[reason]
+    code = _ERROR_CODES.get(err.get("class", ""))
+    return code or err.get("message") or err.get("class") or "error"
+
+
+class BerthSandbox(BaseSandbox):
+    """deepagents' ``SandboxBackendProtocol`` over one berth sandbox."""
+
+    def __init__(self, *, sandbox: Sandbox, timeout: int = DEFAULT_TIMEOUT, max_output_bytes: int | None = None) -> None:
+        if timeout <= 0:
+            msg = f"timeout must be positive, got {timeout}"
+            raise ValueError(msg)
+        self._sb = sandbox
+        self._timeout = timeout
+        self._max_output = max_output_bytes
+
+    @property
+    def id(self) -> str:
+        return self._sb.id
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The berth sandbox behind this backend."""
+        return self._sb
+
+    def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+        """Run ``command`` with ``/bin/sh -c``; a timeout returns exit code 124 and a message."""
+        effective = timeout if timeout is not None else self._timeout
+        if effective <= 0:
+            msg = f"timeout must be positive, got {effective}"
+            raise ValueError(msg)
+        try:
+            r = self._sb.exec(command, timeout=effective, max_output_bytes=self._max_output)
+        except BerthError as e:
+            return ExecuteResponse(output=f"Error executing command ({type(e).__name__}): {e}", exit_code=1, truncated=False)
+        if r.timed_out:
+            if timeout is not None:
+                msg = f"Error: Command timed out after {effective} seconds (custom timeout). The command may be stuck or require more time."
+            else:
+                msg = f"Error: Command timed out after {effective} seconds. For long-running commands, re-run using the timeout parameter."
+            return ExecuteResponse(output=msg, exit_code=124, truncated=False)
+        return ExecuteResponse(output=r.stdout + r.stderr, exit_code=r.exit_code, truncated=r.stdout_truncated or r.stderr_truncated)
+
+    def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        """Write each file (parents made); one response per file, in order."""
+        out: list[FileUploadResponse | None] = [None] * len(files)
+        batch: list[tuple[int, str, bytes]] = []
+        for i, (path, content) in enumerate(files):
+            if not path.startswith("/"):
+                out[i] = FileUploadResponse(path=path, error="invalid_path")
+            else:
+                batch.append((i, path, content))
+        if batch:
+            results = self._sb.upload_files([(p, c) for _, p, c in batch])
+            for (i, path, _), res in zip(batch, results, strict=True):
+                out[i] = FileUploadResponse(path=path, error=_file_error(res.get("error")))
+        return [r for r in out if r is not None]
+
+    def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        """Read each file; one response per path, in order."""
+        out: list[FileDownloadResponse | None] = [None] * len(paths)
+        batch: list[tuple[int, str]] = []
+        for i, path in enumerate(paths):
+            if not path.startswith("/"):
+                out[i] = FileDownloadResponse(path=path, content=None, error="invalid_path")
+            else:
+                batch.append((i, path))
+        if batch:
+            results = self._sb.download_files([p for _, p in batch])
+            for (i, path), res in zip(batch, results, strict=True):
+                err = _file_error(res.get("error"))
+                out[i] = FileDownloadResponse(path=path, content=None if err else res.get("content", b""), error=err)
+        return [r for r in out if r is not None]
+
+    # The agent tools, one berth call each (two for a binary read).
+
+    def ls(self, path: str) -> LsResult:
+        """The entries of a directory, with size and modification time."""
+        try:
+            res = self._sb.ls(path)
+        except BerthError as e:
+            code = {"file_not_found": "path_not_found", "not_a_file": "not_a_directory"}.get(_code(e), _code(e))
+            if isinstance(e, InvalidArgument) and e.reason == "not_directory":
+                code = "not_a_directory"
+            return LsResult(entries=None, error=f"Path '{path}': {code}")
+        entries: list[FileInfo] = [
+            {
+                "path": posixpath.join(path, ent["name"]),
+                "is_dir": ent["type"] == "dir",
+                "size": ent["size"],
+                "modified_at": ent["modified_at"],
+            }
+            for ent in res["entries"]
+        ]
+        return LsResult(entries=entries)
+
+    def _read_binary(self, file_path: str, size: int) -> ReadResult:
+        if size > _MAX_BINARY_BYTES:
+            return ReadResult(error=f"File '{file_path}': Binary file exceeds maximum preview size of {_MAX_BINARY_BYTES} bytes")
+        raw = self._sb.download(file_path)
+        return ReadResult(file_data=FileData(content=base64.b64encode(raw).decode("ascii"), encoding="base64"))
+
+    def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        """A page of a text file (as BaseSandbox.read: raw lines, 500 KiB cap),
+        or a binary file base64-encoded."""
+        offset, limit = normalize_read_bounds(offset, limit)
+        try:
+            if _get_backend_read_file_type(file_path) != "text":
+                fi = self._sb.stat(file_path)
+                if fi["type"] != "file":
+                    return ReadResult(error=f"File '{file_path}': not_a_file")
+                if fi["size"] == 0:
+                    return ReadResult(file_data=FileData(content=_EMPTY_FILE, encoding="utf-8"))
+                return self._read_binary(file_path, fi["size"])
+            page = self._sb.read(file_path, offset=offset, limit=max(limit, 1), max_line_chars=1 << 24)
+            if page["size"] == 0:
+                return ReadResult(file_data=FileData(content=_EMPTY_FILE, encoding="utf-8"))
+            if page.get("binary"):
+                return self._read_binary(file_path, page["size"])
+        except BerthError as e:
+            return ReadResult(error=f"File '{file_path}': {_code(e)}")
+        if limit <= 0:
+            return ReadResult(file_data=FileData(content="", encoding="utf-8"), no_lines_requested=True)
+        lines, total = page["lines"], page["total_lines"]
+        if not lines:
+            return ReadResult(error=f"File '{file_path}': Line offset {offset} exceeds file length ({total} lines)")
+        parts: list[str] = []
+        used, returned, truncated = 0, 0, False
+        budget = _MAX_OUTPUT_BYTES - len(_TRUNCATION_MSG.encode())
+        for ln in lines:
+            piece = ln["text"] if returned == 0 else "\n" + ln["text"]
+            size = len(piece.encode())
+            if used + size > budget:
+                truncated = True
+                prefix = piece.encode()[: budget - used].decode("utf-8", errors="ignore")
+                if prefix:
+                    parts.append(prefix)
+                break
+            parts.append(piece)
+            used += size
+            returned += 1
+        text = "".join(parts) + (_TRUNCATION_MSG if truncated else "")
+        returned = max(returned, 1)
+        end = offset + returned
+        return ReadResult(
+            file_data=FileData(content=text, encoding="utf-8"),
+            total_lines=total,
+            start_line=offset + 1,
+            end_line=end,
+            next_offset=end if end < total else None,
+        )
+
+    def write(self, file_path: str, content: str) -> WriteResult:
+        """Write a text file, making parents and replacing an existing file."""
+        try:
+            self._sb.write(file_path, content)
+        except BerthError as e:
+            return WriteResult(error=f"Failed to write file '{file_path}': {_file_error(_as_dict(e))}")
+        return WriteResult(path=file_path)
+
+    def edit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:  # noqa: FBT001, FBT002
+        """Replace an exact string (CRLF files too), as BaseSandbox.edit reports it."""
+        if not old_string:
+            from deepagents.backends.utils import EMPTY_OLD_STRING_ERROR
+
+            return EditResult(error=EMPTY_OLD_STRING_ERROR)
+        try:
+            n = self._sb.edit(file_path, old_string, new_string, replace_all=replace_all)
+        except BerthError as e:
+            messages = {
+                "file_not_found": f"Error: File '{file_path}' not found",
+                "permission_denied": f"Error: Permission denied editing file '{file_path}'",
+                "not_a_file": f"Error: '{file_path}' is not a regular file",
+            }
+            if e.reason == "no_match":
+                return EditResult(error=f"Error: String not found in file: '{old_string}'")
+            if e.reason == "not_unique":
+                return EditResult(
+                    error=f"Error: String '{old_string}' appears multiple times. Use replace_all=True to replace all occurrences."
+                )
+            code = _code(e)
+            return EditResult(error=messages.get(code, f"Error editing file '{file_path}': {code}"))
+        return EditResult(path=file_path, occurrences=n)
+
+    def grep(self, pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None) -> GrepResult:
+        """Lines of text files containing ``pattern`` (literal), skipping
+        ``grep_exclude_dirs`` below the searched directory."""
+        try:
+            res = self._sb.grep(pattern, path, glob=glob, limit=max_count + 1 if max_count is not None else 100_000)
+        except BerthError as e:
+            detail = "No such file or directory" if isinstance(e, NotFound) else e.message
+            return GrepResult(error=f"Path '{path or '.'}': {detail}")
+        root = (path or "").rstrip("/") + "/"
+        skip = tuple(f"/{d}/" for d in self.grep_exclude_dirs)
+        matches: list[GrepMatch] = [
+            {"path": m["path"], "line": m["line"], "text": m["text"]}
+            for m in res["matches"]
+            if not any(x in "/" + m["path"][len(root) :] for x in skip)
+        ]
+        if max_count is not None and len(matches) > max_count:
+            return GrepResult(matches=matches[:max_count], truncated=True)
+        return GrepResult(matches=matches, truncated=bool(res.get("truncated")) and max_count is None)
+
+    def glob(self, pattern: str, path: str | None = None) -> GlobResult:
+        """Files matching ``pattern`` (deepagents' glob contract), absolute paths."""
+        root = path if path and path.startswith("/") else "/" + (path or "")
+        try:
+            res = self._sb.glob(pattern, root, limit=100_000)
+        except BerthError as e:
+            return GlobResult(matches=None, error=f"Path '{root}': {_code(e) if not isinstance(e, InvalidArgument) else e.message}")
+        infos: list[FileInfo] = [
+            {"path": m["path"], "is_dir": m["type"] == "dir", "size": m["size"], "modified_at": m["modified_at"]} for m in res["matches"]
+        ]
+        truncated = bool(res.get("truncated"))
+        return GlobResult(matches=infos, truncated=truncated, truncation_reason="budget" if truncated else None)
+
+    # BaseSandbox's async versions run scripts through aexecute; these run
+    # the native calls above in a worker thread instead.
+
+    async def als(self, path: str) -> LsResult:
+        return await asyncio.to_thread(self.ls, path)
+
+    async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        return await asyncio.to_thread(self.read, file_path, offset, limit)
+
+    async def awrite(self, file_path: str, content: str) -> WriteResult:
+        return await asyncio.to_thread(self.write, file_path, content)
+
+    async def aedit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:  # noqa: FBT001, FBT002
+        return await asyncio.to_thread(self.edit, file_path, old_string, new_string, replace_all)
+
+    async def agrep(self, pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None) -> GrepResult:
+        return await asyncio.to_thread(lambda: self.grep(pattern, path, glob, max_count=max_count))
+
+    async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
+        return await asyncio.to_thread(self.glob, pattern, path)
+
+
+def _as_dict(e: BerthError) -> dict[str, Any]:
+    return {"class": e.error_class, "reason": e.reason or "", "message": e.message}
+
+
+__all__ = ["DEFAULT_TIMEOUT", "BerthSandbox"]

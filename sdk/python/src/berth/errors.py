@@ -1,0 +1,134 @@
+"""Typed exceptions that mirror berth's API error classes.
+
+Every API error has a class (``not_found``, ``invalid_argument``, ...) and,
+for file operations, sometimes a reason (``is_directory``, ``invalid_path``,
+...). The SDK raises the subclass of :class:`BerthError` for the class.
+"""
+
+from __future__ import annotations
+
+
+class BerthError(Exception):
+    """An error answered by the berth daemon (or the failure to reach it)."""
+
+    error_class: str = "internal"
+
+    def __init__(self, message: str, *, reason: str | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+        self.status = status
+
+
+class NotFound(BerthError):
+    error_class = "not_found"
+
+
+class AlreadyExists(BerthError):
+    error_class = "already_exists"
+
+
+class InvalidArgument(BerthError):
+    error_class = "invalid_argument"
+
+
+class Conflict(BerthError):
+    error_class = "conflict"
+
+
+class ResourceExhausted(BerthError):
+    error_class = "resource_exhausted"
+
+
+class PermissionDenied(BerthError):
+    error_class = "permission_denied"
+
+
+class Unauthenticated(BerthError):
+    error_class = "unauthenticated"
+
+
+class Unavailable(BerthError):
+    error_class = "unavailable"
+
+
+class DeadlineExceeded(BerthError):
+    error_class = "deadline_exceeded"
+
+
+class NotImplementedByRuntime(BerthError):
+    error_class = "not_implemented"
+
+
+class InternalError(BerthError):
+    error_class = "internal"
+
+
+class DaemonUnreachable(Unavailable):
+    """The daemon could not be reached at its URL (down, wrong URL, network)."""
+
+
+_BY_CLASS: dict[str, type[BerthError]] = {
+    cls.error_class: cls
+    for cls in (
+        NotFound,
+        AlreadyExists,
+        InvalidArgument,
+        Conflict,
+        ResourceExhausted,
+        PermissionDenied,
+        Unauthenticated,
+        Unavailable,
+        DeadlineExceeded,
+        NotImplementedByRuntime,
+        InternalError,
+    )
+}
+
+_BY_STATUS: dict[int, type[BerthError]] = {
+    400: InvalidArgument,
+    401: Unauthenticated,
+    403: PermissionDenied,
+    404: NotFound,
+    409: Conflict,
+    429: ResourceExhausted,
+    501: NotImplementedByRuntime,
+    502: Unavailable,
+    503: Unavailable,
+    504: DeadlineExceeded,
+}
+
+
+def error_for(status: int, body: object) -> BerthError:
+    """Build the exception for an error answer (status and decoded JSON body)."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        cls = _BY_CLASS.get(str(err.get("class")), InternalError)
+        reason = err.get("reason")
+        return cls(err["message"], reason=reason if isinstance(reason, str) else None, status=status)
+    cls = _BY_STATUS.get(status, InternalError)
+    return cls(f"HTTP {status}", status=status)
+
+
+def error_from_class(error_class: str, message: str, reason: str | None = None) -> BerthError:
+    """Build the exception for a per-file error of a batch."""
+    return _BY_CLASS.get(error_class, InternalError)(message, reason=reason)
+
+
+__all__ = [
+    "AlreadyExists",
+    "BerthError",
+    "Conflict",
+    "DaemonUnreachable",
+    "DeadlineExceeded",
+    "InternalError",
+    "InvalidArgument",
+    "NotFound",
+    "NotImplementedByRuntime",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "Unauthenticated",
+    "Unavailable",
+    "error_for",
+    "error_from_class",
+]
