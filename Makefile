@@ -7,7 +7,7 @@ STATE   ?= /var/lib/berth
 LISTEN  ?= 127.0.0.1:7680
 PKGS    := ./...
 
-.PHONY: build run install test test-go test-python test-deps vet bench fuzz clean
+.PHONY: build run install test test-go test-python test-deps vet bench bench-deps bench-go fuzz clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/berth
@@ -46,7 +46,17 @@ $(VENV)/.installed: sdk/python/pyproject.toml
 test-python: build test-deps $(VENV)/.installed
 	cd sdk/python && BERTH_BINARY=$(CURDIR)/$(BIN) .venv/bin/python -m pytest -p no:cacheprovider -rfEx tests
 
-bench: build
+# The benchmark suite: berth beside crun, runc, runsc, bwrap and podman in
+# one run of interleaved rounds (bench/main.go says how). It writes
+# bench/results/latest.{md,json} and the table in README.md.
+bench-deps:
+	./scripts/bench-deps.sh
+
+bench: build test-deps bench-deps
+	$(GO) run ./bench -berth $(BIN) -readme README.md $(BENCHFLAGS)
+
+# The Go benchmarks of the e2e package (one metric at a time, no peers).
+bench-go: build
 	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchtime 200x -timeout 20m ./e2e/
 
 clean:

@@ -1,0 +1,660 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/client"
+)
+
+// config is what one run measures.
+type config struct {
+	berth      string        // the berth binary
+	work       string        // scratch directory (state, bundles, logs)
+	rounds     int           // interleaved rounds of start samples
+	execRounds int           // interleaved rounds of exec samples
+	density    int           // idle sandboxes for the density measurement
+	bursts     []int         // sizes of concurrent-create bursts
+	clients    []int         // concurrent clients for exec throughput
+	window     time.Duration // how long each throughput level runs
+	bigBytes   int64         // the large transfer (0: none)
+	smallFiles int           // files in the many-small-files transfer
+	peers      bool          // measure the peers too
+}
+
+// suite runs the measurements; everything it starts is stopped by close.
+type suite struct {
+	cfg   config
+	log   *slog.Logger
+	warm  *daemon // the default: a warm pool of 2
+	cold  *daemon // no warm pool: every create boots
+	res   *Results
+	undos []func()
+}
+
+// measure runs every measurement of cfg and returns the results. Every
+// daemon, sandbox, container and image it made is gone when it returns,
+// error, interruption or not.
+func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error) {
+	if err := os.MkdirAll(cfg.work, 0o755); err != nil {
+		return nil, err
+	}
+	s := &suite{cfg: cfg, log: log, res: &Results{Date: time.Now().UTC().Format(time.RFC3339), Machine: machine()}}
+	defer s.close()
+	var err error
+	if s.warm, err = startDaemon(ctx, cfg.berth, cfg.work, "berth-warm", 2, log); err != nil {
+		return nil, err
+	}
+	s.undos = append(s.undos, s.warm.close)
+	if s.cold, err = startDaemon(ctx, cfg.berth, cfg.work, "berth-cold", 0, log); err != nil {
+		return nil, err
+	}
+	s.undos = append(s.undos, s.cold.close)
+
+	subjects := []subject{
+		apiSubject("berth", s.warm, false),
+		apiSubject("berth, no warm pool", s.cold, false),
+		apiSubject("berth, delete in the clock", s.warm, true),
+		cliSubject(s.warm),
+	}
+	// One berth API row is enough for exec: these two differ only in create.
+	subjects[1].boot, subjects[2].boot = nil, nil
+	if cfg.peers {
+		peers, err := s.peers(ctx)
+		if err != nil {
+			return nil, err
+		}
+		subjects = append(subjects, peers...)
+	}
+	for i := range subjects {
+		subjects[i] = probe(ctx, subjects[i])
+	}
+
+	steps := []struct {
+		what string
+		run  func(context.Context, []subject) error
+	}{
+		{"start isolated, print hi", s.starts},
+		{"exec round trip", s.execs},
+		{"exec throughput", func(ctx context.Context, _ []subject) error { return s.throughput(ctx) }},
+		{"bursts of concurrent creates", func(ctx context.Context, _ []subject) error { return s.burstsOf(ctx) }},
+		{"file transfers", func(ctx context.Context, _ []subject) error { return s.files(ctx) }},
+		{"density", func(ctx context.Context, _ []subject) error { return s.densityOf(ctx) }},
+	}
+	for _, step := range steps {
+		log.Info(step.what)
+		if err := step.run(ctx, subjects); err != nil {
+			return nil, fmt.Errorf("%s: %w", step.what, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return s.res, nil
+}
+
+func (s *suite) close() {
+	for _, undo := range s.undos {
+		undo()
+	}
+}
+
+// peers prepares the root file system the peers share and their subjects.
+func (s *suite) peers(ctx context.Context) ([]subject, error) {
+	rootfs, err := makeRootfs(s.cfg.work)
+	if err != nil {
+		return nil, fmt.Errorf("peers' root file system: %w", err)
+	}
+	var out []subject
+	for _, rt := range ociRuntimes {
+		out = append(out, ociSubject(rt, s.cfg.work, rootfs))
+	}
+	out = append(out, bwrapSubject())
+	podman, cleanup := podmanSubject(ctx, rootfs)
+	s.undos = append(s.undos, cleanup)
+	return append(out, podman), nil
+}
+
+// interleave takes rounds of one sample of each live subject, in an order
+// that rotates every round, so that a machine's drift falls on every
+// subject alike. Before each sample, outside the clock, the warm pool is
+// refilled and the previous sample's sandbox deleted.
+func (s *suite) interleave(ctx context.Context, subjects []subject, rounds int, sample func(context.Context, subject) (func(), error)) map[string]series {
+	out := map[string]series{}
+	for _, sub := range subjects {
+		out[sub.name] = newSeries(rounds)
+	}
+	failures := map[string]int{}
+	for r := range rounds {
+		for i := range subjects {
+			sub := subjects[(r+i)%len(subjects)]
+			if err := s.warm.settle(ctx); err != nil {
+				s.log.Warn("settle", "err", err)
+			}
+			if ctx.Err() != nil {
+				return out
+			}
+			t0 := time.Now()
+			undo, err := sample(ctx, sub)
+			d := time.Since(t0)
+			if undo != nil {
+				undo()
+			}
+			if err != nil {
+				if failures[sub.name]++; failures[sub.name] <= 3 {
+					s.log.Warn("sample failed", "subject", sub.name, "round", r, "err", err)
+				}
+				continue
+			}
+			out[sub.name][r] = d
+		}
+	}
+	return out
+}
+
+// starts measures "start isolated, print hi" for every subject.
+func (s *suite) starts(ctx context.Context, subjects []subject) error {
+	live := measurable(subjects)
+	got := s.interleave(ctx, live, s.cfg.rounds, func(ctx context.Context, sub subject) (func(), error) { return sub.once(ctx) })
+	const name = "create → first exec output (`echo hi`), sequential"
+	s.res.Metrics = append(s.res.Metrics, rows("start", name, subjects, got, "berth", s.cfg.rounds, map[string]*Target{
+		"berth":    {Stat: "p50", AtMost: true, Limit: 10},
+		"crun run": {Stat: "ratio_p50", AtMost: true, Limit: 1 / 1.5},
+	})...)
+	return nil
+}
+
+// execs measures exec of true into a running environment of each subject.
+func (s *suite) execs(ctx context.Context, subjects []subject) error {
+	var live []subject
+	envs := map[string]*running{}
+	defer func() {
+		for _, env := range envs {
+			env.stop()
+		}
+	}()
+	var shown []subject // subjects without exec and without a reason are left out
+	for _, sub := range subjects {
+		switch {
+		case sub.why != "":
+		case sub.boot == nil && sub.noExec == "":
+			continue
+		case sub.boot == nil:
+			sub.why = sub.noExec
+		default:
+			env, err := sub.boot(ctx)
+			if err != nil {
+				sub.why = "its long-running environment did not start: " + firstLine(err.Error())
+				break
+			}
+			envs[sub.name] = env
+			live = append(live, sub)
+		}
+		shown = append(shown, sub)
+	}
+	got := s.interleave(ctx, live, s.cfg.execRounds, func(ctx context.Context, sub subject) (func(), error) {
+		return nil, envs[sub.name].exec(ctx)
+	})
+	s.res.Metrics = append(s.res.Metrics, rows("exec", "exec round trip (`true`) in a running sandbox", shown, got, "berth", s.cfg.execRounds, map[string]*Target{
+		"berth": {Stat: "p50", AtMost: true, Limit: 1},
+	})...)
+	return nil
+}
+
+func measurable(subjects []subject) []subject {
+	var out []subject
+	for _, sub := range subjects {
+		if sub.why == "" {
+			out = append(out, sub)
+		}
+	}
+	return out
+}
+
+// rows turns interleaved samples into one row per subject, with the
+// per-round ratio of base over each peer.
+func rows(group, name string, subjects []subject, got map[string]series, base string, rounds int, targets map[string]*Target) []Metric {
+	var out []Metric
+	for _, sub := range subjects {
+		shown := sub.name
+		if group == "exec" && sub.execName != "" {
+			shown = sub.execName
+		}
+		m := Metric{Group: group, Name: name, Subject: shown, Unit: "ms", Target: targets[sub.name]}
+		if sub.why != "" {
+			m.NotMeasured = sub.why
+			out = append(out, m)
+			continue
+		}
+		samples := got[sub.name].ms()
+		if len(samples) == 0 {
+			m.NotMeasured = "every sample failed (see the log)"
+			out = append(out, m)
+			continue
+		}
+		sum := summarize(samples)
+		m.Summary, m.Samples = &sum, samples
+		if len(samples) < rounds {
+			m.NotMeasured = fmt.Sprintf("%d of %d samples failed", rounds-len(samples), rounds)
+		}
+		if !strings.HasPrefix(sub.name, "berth") {
+			if r := ratios(got[base], got[sub.name]); len(r) > 0 {
+				rs := summarize(r)
+				m.Ratio, m.RatioTo = &rs, base
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// throughput counts execs per second in one sandbox with several clients
+// at once, each level for a fixed window.
+func (s *suite) throughput(ctx context.Context) error {
+	sb, err := s.warm.create(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.warm.remove(sb.ID)
+	for _, n := range s.cfg.clients {
+		var ok, failed atomic.Int64
+		lat := make([][]float64, n)
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.window)
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for i := range n {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					t := time.Now()
+					err := s.warm.execTrue(ctx, sb.ID)
+					switch {
+					case err == nil:
+						ok.Add(1)
+						lat[i] = append(lat[i], float64(time.Since(t))/float64(time.Millisecond))
+					case ctx.Err() == nil:
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(t0)
+		cancel()
+		rate := float64(ok.Load()) / elapsed.Seconds()
+		var all []float64
+		for _, l := range lat {
+			all = append(all, l...)
+		}
+		sum := summarize(all)
+		m := Metric{Group: "exec", Name: fmt.Sprintf("exec throughput, %d concurrent clients (rate; latency below)", n), Subject: "berth", Unit: "execs/s", Value: &rate}
+		lm := Metric{Group: "exec", Name: fmt.Sprintf("exec latency, %d concurrent clients", n), Subject: "berth", Unit: "ms", Summary: &sum}
+		if f := failed.Load(); f > 0 {
+			m.NotMeasured = fmt.Sprintf("%d execs failed", f)
+		}
+		s.res.Metrics = append(s.res.Metrics, m, lm)
+	}
+	return nil
+}
+
+// burstsOf creates sandboxes all at once (create → first exec output each)
+// on the default daemon.
+func (s *suite) burstsOf(ctx context.Context) error {
+	for _, n := range s.cfg.bursts {
+		if err := s.warm.settle(ctx); err != nil {
+			return err
+		}
+		lat := newSeries(n)
+		ids := make([]string, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				t0 := time.Now()
+				ids[i], errs[i] = s.warm.createEcho(ctx)
+				if errs[i] == nil {
+					lat[i] = time.Since(t0)
+				}
+			})
+		}
+		wg.Wait()
+		for _, id := range ids {
+			if id != "" {
+				s.warm.remove(id)
+			}
+		}
+		samples := lat.ms()
+		sum := summarize(samples)
+		m := Metric{Group: "start", Name: fmt.Sprintf("burst of %d concurrent creates, create → first exec output each", n), Subject: "berth", Unit: "ms", Summary: &sum, Samples: samples}
+		if n == 100 {
+			m.Target = &Target{Stat: "p99", AtMost: true, Limit: 500}
+		}
+		for _, err := range errs {
+			if err != nil {
+				m.NotMeasured = fmt.Sprintf("%d of %d failed, first: %s", n-len(samples), n, firstLine(err.Error()))
+				break
+			}
+		}
+		if len(samples) == 0 {
+			m.Summary = nil
+		}
+		s.res.Metrics = append(s.res.Metrics, m)
+	}
+	return nil
+}
+
+// zeros reads as n zero bytes, without WriteTo or ReadFrom shortcuts, so
+// that the bytes travel through HTTP like a user's file would.
+type zeros struct{ n int64 }
+
+func (z *zeros) Read(b []byte) (int, error) {
+	if z.n <= 0 {
+		return 0, io.EOF
+	}
+	k := min(int64(len(b)), z.n)
+	clear(b[:k])
+	z.n -= k
+	return int(k), nil
+}
+
+// Len lets the client send a Content-Length, as it does for files.
+func (z *zeros) Len() int { return int(z.n) }
+
+// files measures transfers through the API: one file each way, and many
+// small files as a tar stream each way and as one batch request.
+func (s *suite) files(ctx context.Context) error {
+	sb, err := s.warm.create(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.warm.remove(sb.ID)
+	c := s.warm.client
+	sizes := []int64{1 << 20}
+	if s.cfg.bigBytes > 0 {
+		sizes = append(sizes, s.cfg.bigBytes)
+	}
+	for _, size := range sizes {
+		n := 20
+		if size >= 256<<20 {
+			n = 3
+		}
+		var up, down []float64
+		for range n {
+			t0 := time.Now()
+			if _, err := c.Upload(ctx, sb.ID, "/tmp/blob", &zeros{n: size}, client.FileOptions{}); err != nil {
+				return fmt.Errorf("upload %d bytes: %w", size, err)
+			}
+			up = append(up, float64(size)/1e6/time.Since(t0).Seconds())
+			t0 = time.Now()
+			rc, err := c.Download(ctx, sb.ID, "/tmp/blob", client.FileOptions{})
+			if err != nil {
+				return fmt.Errorf("download %d bytes: %w", size, err)
+			}
+			got, err := io.Copy(io.Discard, struct{ io.Reader }{rc})
+			rc.Close()
+			if err != nil || got != size {
+				return fmt.Errorf("download %d bytes: got %d: %v", size, got, err)
+			}
+			down = append(down, float64(size)/1e6/time.Since(t0).Seconds())
+		}
+		label := sizeLabel(size)
+		su, sd := summarize(up), summarize(down)
+		target := func() *Target { return &Target{Stat: "p50", AtMost: false, Limit: 1000} }
+		s.res.Metrics = append(s.res.Metrics,
+			Metric{Group: "files", Name: "upload " + label + " (one file, raw stream)", Subject: "berth", Unit: "MB/s", Summary: &su, Samples: up, Target: target()},
+			Metric{Group: "files", Name: "download " + label + " (one file, raw stream)", Subject: "berth", Unit: "MB/s", Summary: &sd, Samples: down, Target: target()})
+		if err := c.Remove(ctx, sb.ID, api.RemoveRequest{Path: "/tmp/blob"}); err != nil {
+			s.log.Warn("remove blob", "err", err)
+		}
+	}
+	if s.cfg.bigBytes > 0 {
+		if m, err := diskBaseline(s.cfg.work, s.cfg.bigBytes); err == nil {
+			s.res.Metrics = append(s.res.Metrics, m)
+		} else {
+			s.log.Warn("disk baseline", "err", err)
+		}
+	}
+	return s.smallFiles(ctx, sb.ID)
+}
+
+// smallFiles moves n small files (100 B to 1.1 KB, in 10 directories) in
+// and out of a sandbox.
+func (s *suite) smallFiles(ctx context.Context, id string) error {
+	c, n := s.warm.client, s.cfg.smallFiles
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	batch := api.UploadRequest{}
+	for i := range n {
+		data := bytes.Repeat([]byte{'x'}, 100+i%1000)
+		name := fmt.Sprintf("d%d/f%d.txt", i%10, i)
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data))}); err != nil {
+			return err
+		}
+		tw.Write(data)
+		batch.Files = append(batch.Files, api.UploadFile{Path: "/tmp/batch/" + name, Content: data})
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	const reps = 10
+	var tarUp, tarDown, batchUp []float64
+	for r := range reps {
+		dir := fmt.Sprintf("/tmp/small%d", r)
+		if _, err := c.Mkdir(ctx, id, api.MkdirRequest{Path: dir, Parents: true}); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if _, err := c.UploadArchive(ctx, id, dir, bytes.NewReader(buf.Bytes()), client.FileOptions{}); err != nil {
+			return fmt.Errorf("tar upload: %w", err)
+		}
+		tarUp = append(tarUp, ms(time.Since(t0)))
+		t0 = time.Now()
+		rc, err := c.DownloadArchive(ctx, id, dir, client.FileOptions{})
+		if err != nil {
+			return fmt.Errorf("tar download: %w", err)
+		}
+		files, err := countTar(rc)
+		rc.Close()
+		if err != nil || files != n {
+			return fmt.Errorf("tar download: %d files, want %d: %v", files, n, err)
+		}
+		tarDown = append(tarDown, ms(time.Since(t0)))
+		t0 = time.Now()
+		res, err := c.UploadFiles(ctx, id, batch)
+		if err != nil {
+			return fmt.Errorf("batch upload: %w", err)
+		}
+		batchUp = append(batchUp, ms(time.Since(t0)))
+		for _, f := range res.Results {
+			if f.Error != nil {
+				return fmt.Errorf("batch upload %s: %s", f.Path, f.Error.Message)
+			}
+		}
+		if err := c.Remove(ctx, id, api.RemoveRequest{Path: dir, Recursive: true}); err != nil {
+			return err
+		}
+	}
+	what := fmt.Sprintf("%d small files", n)
+	for _, row := range []struct {
+		name    string
+		samples []float64
+	}{
+		{"upload " + what + " (one tar stream)", tarUp},
+		{"download " + what + " (one tar stream)", tarDown},
+		{"upload " + what + " (one batch request)", batchUp},
+	} {
+		sum := summarize(row.samples)
+		s.res.Metrics = append(s.res.Metrics, Metric{Group: "files", Name: row.name, Subject: "berth", Unit: "ms", Summary: &sum, Samples: row.samples})
+	}
+	return nil
+}
+
+func countTar(r io.Reader) (int, error) {
+	tr := tar.NewReader(r)
+	n := 0
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if h.Typeflag == tar.TypeReg {
+			n++
+		}
+	}
+}
+
+// diskBaseline is the host writing the same amount to the scratch
+// directory's file system, for scale.
+func diskBaseline(dir string, size int64) (Metric, error) {
+	var rates []float64
+	buf := make([]byte, 1<<20)
+	for range 3 {
+		f, err := os.CreateTemp(dir, "disk-*")
+		if err != nil {
+			return Metric{}, err
+		}
+		t0 := time.Now()
+		for w := int64(0); w < size; w += int64(len(buf)) {
+			if _, err := f.Write(buf); err != nil {
+				f.Close()
+				os.Remove(f.Name())
+				return Metric{}, err
+			}
+		}
+		f.Close()
+		rates = append(rates, float64(size)/1e6/time.Since(t0).Seconds())
+		os.Remove(f.Name())
+	}
+	sum := summarize(rates)
+	return Metric{Group: "files", Name: "baseline: the host writing " + sizeLabel(size) + " to a file (page cache, same disk)", Subject: "host", Unit: "MB/s", Summary: &sum, Samples: rates}, nil
+}
+
+// densityOf boots idle sandboxes one after another on the daemon without a
+// pool and measures the memory they take and how create latency changes.
+func (s *suite) densityOf(ctx context.Context) error {
+	n := s.cfg.density
+	d := s.cold
+	before := memAvailable()
+	lat := make([]float64, 0, n)
+	ids := make([]string, 0, n)
+	defer func() {
+		for _, id := range ids {
+			d.remove(id)
+		}
+	}()
+	for range n {
+		t0 := time.Now()
+		sb, err := d.create(ctx)
+		if err != nil {
+			s.res.Metrics = append(s.res.Metrics, Metric{Group: "density", Name: fmt.Sprintf("%d idle sandboxes", n), Subject: "berth",
+				NotMeasured: fmt.Sprintf("create %d failed: %v", len(ids)+1, err)})
+			return nil
+		}
+		lat = append(lat, ms(time.Since(t0)))
+		ids = append(ids, sb.ID)
+	}
+	time.Sleep(2 * time.Second) // let the guests finish starting and settle
+	after := memAvailable()
+	rss, pss, procs := guestMemory(ids)
+	var charged int64
+	for _, id := range ids {
+		u, err := d.client.Stats(ctx, id)
+		if err != nil {
+			return fmt.Errorf("stats of %s: %w", id, err)
+		}
+		charged += u.MemoryBytes
+	}
+	per := func(v int64) *float64 { x := float64(v) / float64(n) / (1 << 20); return &x }
+	k := min(20, n)
+	first, last := summarize(lat[:k]), summarize(lat[n-k:])
+	growth := last.P50 / first.P50
+	s.res.Metrics = append(s.res.Metrics,
+		Metric{Group: "density", Name: fmt.Sprintf("memory per idle sandbox: drop in host MemAvailable / %d", n), Subject: "berth", Unit: "MiB", Value: per(before - after),
+			Target: &Target{Stat: "value", AtMost: true, Limit: 8}},
+		Metric{Group: "density", Name: "memory per idle sandbox: charged to its memory cgroup (kernel objects, page cache, processes)", Subject: "berth", Unit: "MiB", Value: per(charged)},
+		Metric{Group: "density", Name: fmt.Sprintf("memory per idle sandbox: guest PSS (%d guest processes, shared pages split)", procs), Subject: "berth", Unit: "MiB", Value: per(pss)},
+		Metric{Group: "density", Name: "memory per idle sandbox: guest RSS (shared binary pages counted in each)", Subject: "berth", Unit: "MiB", Value: per(rss)},
+		Metric{Group: "density", Name: fmt.Sprintf("create (no warm pool), sandboxes 1–%d", k), Subject: "berth", Unit: "ms", Summary: &first},
+		Metric{Group: "density", Name: fmt.Sprintf("create (no warm pool), sandboxes %d–%d", n-k+1, n), Subject: "berth", Unit: "ms", Summary: &last},
+		Metric{Group: "density", Name: fmt.Sprintf("create latency growth: p50 of the last %d over the first %d", k, k), Subject: "berth", Unit: "×", Value: &growth},
+	)
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func sizeLabel(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+func memAvailable() int64 {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		var kb int64
+		if _, err := fmt.Sscanf(line, "MemAvailable: %d kB", &kb); err == nil {
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// guestMemory sums the resident and proportional memory of the processes
+// in the cgroups of the given sandboxes (their guests, when idle).
+func guestMemory(ids []string) (rss, pss int64, procs int) {
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cg, err := os.ReadFile(d + "/cgroup")
+		if err != nil || !inSandbox(string(cg), want) {
+			continue
+		}
+		b, err := os.ReadFile(d + "/smaps_rollup")
+		if err != nil {
+			continue
+		}
+		procs++
+		for _, line := range strings.Split(string(b), "\n") {
+			var kb int64
+			if _, err := fmt.Sscanf(line, "Rss: %d kB", &kb); err == nil {
+				rss += kb << 10
+			}
+			if _, err := fmt.Sscanf(line, "Pss: %d kB", &kb); err == nil {
+				pss += kb << 10
+			}
+		}
+	}
+	return rss, pss, procs
+}
+
+// inSandbox says whether a /proc/PID/cgroup text places the process in the
+// cgroup of one of the sandboxes (berth's groups end in the sandbox id).
+func inSandbox(cgroups string, ids map[string]bool) bool {
+	for _, line := range strings.Split(cgroups, "\n") {
+		if i := strings.LastIndexByte(line, '/'); i >= 0 && ids[line[i+1:]] {
+			return true
+		}
+	}
+	return false
+}
