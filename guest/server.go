@@ -159,10 +159,12 @@ func (s *server) hello(w http.ResponseWriter, r *http.Request) error {
 	})
 }
 
-// stream writes events as NDJSON lines, flushing after each.
+// stream writes events as NDJSON lines, flushing after each unless batch
+// (then the response goes out as its buffer fills, and whole at the end).
 type stream struct {
-	rc  *http.ResponseController
-	enc *json.Encoder
+	rc    *http.ResponseController
+	enc   *json.Encoder
+	batch bool
 }
 
 func newStream(w http.ResponseWriter) *stream {
@@ -174,6 +176,9 @@ func newStream(w http.ResponseWriter) *stream {
 func (st *stream) send(ev guestapi.Event) error {
 	if err := st.enc.Encode(ev); err != nil {
 		return err
+	}
+	if st.batch {
+		return nil
 	}
 	return st.rc.Flush()
 }
@@ -198,6 +203,7 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request) error {
 		s.table.Forget(p)
 	}()
 	st := newStream(w)
+	st.batch = spec.Batch
 	if err := st.send(guestapi.Event{Type: guestapi.EventStart, Pid: p.Pid()}); err != nil {
 		return err
 	}

@@ -234,6 +234,61 @@ func TestExecStream(t *testing.T) {
 	wantError(t, g.do(t, "POST", guestapi.PathExec, guestapi.ProcessSpec{Args: []string{"true"}, User: "no-such-user"}), errdefs.InvalidArgument, "user")
 }
 
+// TestExecBatch checks that a batched exec stream holds its events until
+// the process ends (one write instead of one per event) and carries the same
+// events as a streamed one, while an unbatched stream sends the start event
+// at once.
+func TestExecBatch(t *testing.T) {
+	g := serve(t)
+	for _, batch := range []bool{false, true} {
+		gate := filepath.Join(t.TempDir(), "gate")
+		type answer struct {
+			resp *http.Response
+			br   *bufio.Reader
+			err  error
+		}
+		first := make(chan answer, 1)
+		go func() {
+			resp := g.do(t, "POST", guestapi.PathExec, guestapi.ProcessSpec{
+				Args:  []string{"sh", "-c", `echo out; echo err >&2; while [ ! -e "$0" ]; do sleep 0.01; done; exit 3`, gate},
+				Batch: batch,
+			})
+			br := bufio.NewReader(resp.Body)
+			_, err := br.Peek(1)
+			first <- answer{resp, br, err}
+		}()
+		var a answer
+		select {
+		case a = <-first:
+			if batch {
+				t.Fatalf("batched: the answer arrived while the process runs (%v)", a.err)
+			}
+		case <-time.After(300 * time.Millisecond):
+			if !batch {
+				t.Fatal("streamed: no start event while the process runs")
+			}
+		}
+		if err := os.WriteFile(gate, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if a.resp == nil {
+			a = <-first
+		}
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		a.resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{a.br, a.resp.Body}
+		evs := events(t, a.resp)
+		stdout, stderr, exit := split(evs)
+		if evs[0].Type != guestapi.EventStart || exit == nil || exit.ExitCode != 3 || stdout != "out\n" || stderr != "err\n" {
+			t.Fatalf("batch=%v: events %+v", batch, evs)
+		}
+	}
+}
+
 func TestExecClientGoneKillsGroup(t *testing.T) {
 	g := serve(t)
 	marker := fmt.Sprintf("sleep %d", 1000+time.Now().UnixNano()%800)

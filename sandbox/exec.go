@@ -58,7 +58,7 @@ func processSpec(sb api.CreateSandboxRequest, req api.ExecRequest) guestapi.Proc
 func (m *Manager) Exec(ctx context.Context, tenant, id string, req api.ExecRequest) (api.ExecResult, error) {
 	var res api.ExecResult
 	var stdout, stderr []byte
-	err := m.ExecStream(ctx, tenant, id, req, func(ev api.ExecEvent) error {
+	err := m.execStream(ctx, tenant, id, req, true, func(ev api.ExecEvent) error {
 		switch ev.Type {
 		case api.EventStdout:
 			stdout = append(stdout, ev.Data...)
@@ -87,6 +87,12 @@ func nonNil(b []byte) []byte {
 // chunks, then one exit. An error before the start event is returned; a
 // failure after it is sent as an error event and also returned.
 func (m *Manager) ExecStream(ctx context.Context, tenant, id string, req api.ExecRequest, emit func(api.ExecEvent) error) error {
+	return m.execStream(ctx, tenant, id, req, false, emit)
+}
+
+// execStream is ExecStream; batch lets the guest send the events in one go
+// at the end, for a caller that waits for the result anyway.
+func (m *Manager) execStream(ctx context.Context, tenant, id string, req api.ExecRequest, batch bool, emit func(api.ExecEvent) error) error {
 	if err := validateExec(req); err != nil {
 		return err
 	}
@@ -95,6 +101,7 @@ func (m *Manager) ExecStream(ctx context.Context, tenant, id string, req api.Exe
 		return err
 	}
 	spec := processSpec(m.specOf(ls), req)
+	spec.Batch = batch
 	defer m.streaming(ls)()
 	before, known := m.oomKills(ctx, ls, id)
 	st, err := ls.guest.Exec(ctx, spec)

@@ -388,15 +388,20 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 
 // guest returns the live connection of a running sandbox of tenant.
 func (m *Manager) guest(ctx context.Context, tenant, id string) (*liveSandbox, error) {
-	rec, err := m.record(ctx, tenant, id)
+	// The status alone (one prepared query) on this path of every exec and
+	// file call; the whole record costs a transaction and a labels join.
+	st, err := m.store.GetStatus(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if (tenant != "" && st.Tenant != tenant) || st.State == statePooled {
+		return nil, errdefs.New(errdefs.NotFound, "sandbox %q not found", id)
 	}
 	m.mu.Lock()
 	ls, ok := m.live[id]
 	m.mu.Unlock()
-	if !ok || rec.State != api.StateRunning {
-		return nil, notRunning(rec)
+	if !ok || st.State != api.StateRunning {
+		return nil, notRunning(st)
 	}
 	ls.lastActive.Store(m.cfg.Now().UnixNano())
 	return ls, nil
@@ -404,7 +409,7 @@ func (m *Manager) guest(ctx context.Context, tenant, id string) (*liveSandbox, e
 
 // notRunning is the conflict error for a call that needs a running sandbox:
 // it says the state and what to do.
-func notRunning(rec store.Sandbox) error {
+func notRunning(rec store.Status) error {
 	why := ""
 	if rec.Error != "" {
 		why = " (" + rec.Error + ")"

@@ -27,7 +27,7 @@ func (m *Manager) Stats(ctx context.Context, tenant, id string) (api.Usage, erro
 		return api.Usage{}, err
 	}
 	if rec.State != api.StateRunning {
-		return api.Usage{}, notRunning(rec)
+		return api.Usage{}, notRunning(rec.Status())
 	}
 	sp, ok := m.runtimes[rec.Runtime].(runtime.StatsProvider)
 	if !ok {

@@ -60,6 +60,8 @@ const sqlSelectorMax = 32
 type Store struct {
 	w *sql.DB // one connection: every write
 	r *sql.DB // read-only connections: every read
+	// status is prepared once: it runs on every exec and file call.
+	status *sql.Stmt
 }
 
 // Sandbox is a stored sandbox.
@@ -127,7 +129,13 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("store %s: %w", abs, err)
 	}
-	return &Store{w: w, r: r}, nil
+	status, err := r.PrepareContext(ctx, `SELECT tenant, state, error FROM sandboxes WHERE id = ?`)
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("store %s: %w", abs, err)
+	}
+	return &Store{w: w, r: r, status: status}, nil
 }
 
 // dsn is the driver's name for the file at abs with query parameters q. The
@@ -193,7 +201,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 
 // Close closes the store.
 func (s *Store) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	return errors.Join(s.status.Close(), s.r.Close(), s.w.Close())
 }
 
 // inTx runs fn in a transaction of db, committing when it returns nil.
@@ -353,6 +361,32 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	return sb, nil
+}
+
+// Status is the part of a stored sandbox that says whether a call may
+// reach it: whose it is and what state it is in.
+type Status struct {
+	ID, Tenant, State, Error string
+}
+
+// Status is the sandbox's Status.
+func (sb Sandbox) Status() Status {
+	return Status{ID: sb.ID, Tenant: sb.Tenant, State: sb.State, Error: sb.Error}
+}
+
+// GetStatus reads a sandbox's Status: one prepared query, without labels
+// or spec, for the calls that only need to know that the sandbox is the
+// caller's and running. not_found when there is none.
+func (s *Store) GetStatus(ctx context.Context, id string) (Status, error) {
+	st := Status{ID: id}
+	err := s.status.QueryRowContext(ctx, id).Scan(&st.Tenant, &st.State, &st.Error)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Status{}, notFound(id)
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	return st, nil
 }
 
 // readLabels returns the labels of the sandboxes s for which where holds,

@@ -210,6 +210,7 @@ func TestErrorClasses(t *testing.T) {
 	}
 	missing := map[string]error{}
 	_, missing["get"] = s.GetSandbox(ctx, "sb-none")
+	_, missing["status"] = s.GetStatus(ctx, "sb-none")
 	missing["update state"] = s.UpdateState(ctx, "sb-none", "error", "x", time.Now())
 	missing["runtime state"] = s.SetRuntimeState(ctx, "sb-none", json.RawMessage(`{}`))
 	missing["spec"] = s.SetSpec(ctx, "sb-none", json.RawMessage(`{}`))
@@ -443,5 +444,29 @@ func TestMigratesOldSchema(t *testing.T) {
 	}
 	if got.State != "running" || !got.StoppedAt.IsZero() || got.CreatedAt.UnixNano() != 5 || got.UpdatedAt.UnixNano() != 6 {
 		t.Fatalf("migrated row: %+v", got)
+	}
+}
+
+func TestGetStatusFollowsState(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	in := sample("sb-1", nil)
+	in.Tenant = "team-a"
+	if err := s.CreateSandbox(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.GetStatus(ctx, "sb-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != in.Status() {
+		t.Fatalf("status %+v, want %+v", st, in.Status())
+	}
+	if err := s.UpdateState(ctx, "sb-1", "error", "guest gone", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	st, err = s.GetStatus(ctx, "sb-1")
+	if err != nil || st.State != "error" || st.Error != "guest gone" || st.Tenant != "team-a" {
+		t.Fatalf("after an update: %+v, %v", st, err)
 	}
 }

@@ -65,6 +65,11 @@ type ProcessSpec struct {
 	Stdin          []byte `json:"stdin,omitempty"`
 	TimeoutMs      int64  `json:"timeout_ms,omitempty"`
 	MaxOutputBytes int64  `json:"max_output_bytes,omitempty"`
+	// Batch asks an exec stream for its events as the response fills rather
+	// than each at once: the caller wants only the end (a plain exec), and
+	// one write at the exit beats one per event. Guests that predate it
+	// ignore it and flush every event, which is also correct.
+	Batch bool `json:"batch,omitempty"`
 }
 
 // Result says how a process ended.
