@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -147,7 +148,23 @@ var ociRuntimes = []ociRuntime{
 	// systrap is the platform that runs without KVM and in VMs; no network
 	// stack, like the others' empty network namespace.
 	{name: "runsc", global: []string{"--platform=systrap", "--network=none"}, detach: "--detach",
-		install: "not installed; `go install gvisor.dev/gvisor/runsc@latest` builds it"},
+		install: "not installed; `CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@latest` builds it"},
+}
+
+// dynamicELF says whether the program at path asks for an ELF interpreter
+// (it is dynamically linked).
+func dynamicELF(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return true
+		}
+	}
+	return false
 }
 
 // ociSubject measures `R run` of a bundle and `R exec` into a detached one.
@@ -156,6 +173,12 @@ func ociSubject(rt ociRuntime, work, rootfs string) subject {
 	path, err := exec.LookPath(rt.name)
 	if err != nil {
 		s.why = rt.name + " " + rt.install
+		return s
+	}
+	if rt.name == "runsc" && dynamicELF(path) {
+		// Its sandbox and gofer re-execute themselves inside an empty root,
+		// where a dynamic binary's interpreter does not exist.
+		s.why = path + " is dynamically linked (a cgo build), which cannot start its sandbox; `CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@latest` builds a static one"
 		return s
 	}
 	dir := filepath.Join(work, rt.name)
@@ -270,4 +293,26 @@ func detached(ctx context.Context, name string, args ...string) error {
 		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, firstLine(string(out)))
 	}
 	return nil
+}
+
+// bareSubject is the floor under every subject: fork and exec from Go, no
+// isolation at all. It is no sandbox; it says what the machine's process
+// creation costs in the same run.
+func bareSubject() subject {
+	return subject{
+		name:     "no isolation (fork+exec from Go)",
+		execName: "no isolation (fork+exec from Go)",
+		once: func(ctx context.Context) (func(), error) {
+			return nil, wantHi(command(ctx, "/usr/bin/echo", "hi"))
+		},
+		boot: func(context.Context) (*running, error) {
+			return &running{
+				exec: func(ctx context.Context) error {
+					_, err := command(ctx, "/usr/bin/true")
+					return err
+				},
+				stop: func() {},
+			}, nil
+		},
+	}
 }

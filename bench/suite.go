@@ -70,6 +70,7 @@ func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error
 	}
 	// One berth API row is enough for exec: these two differ only in create.
 	subjects[1].boot, subjects[2].boot = nil, nil
+	subjects = append(subjects, bareSubject())
 	if cfg.peers {
 		peers, err := s.peers(ctx)
 		if err != nil {
