@@ -52,7 +52,7 @@ test-python: build test-deps $(VENV)/.installed
 bench-deps:
 	./scripts/bench-deps.sh
 
-bench: build test-deps bench-deps
+bench: build bench-deps
 	$(GO) run ./bench -berth $(BIN) -readme README.md $(BENCHFLAGS)
 
 # The Go benchmarks of the e2e package (one metric at a time, no peers).
