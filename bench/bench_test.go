@@ -225,7 +225,7 @@ func TestMeasureSmoke(t *testing.T) {
 		}
 	}
 	// Both daemons removed their state: no sandbox was left to delete.
-	for _, d := range []string{"berth-warm", "berth-cold"} {
+	for _, d := range []string{"berth-warm", "berth-cold", "berth-sized-pool"} {
 		if _, err := os.Stat(filepath.Join(work, d)); !os.IsNotExist(err) {
 			t.Errorf("%s's state is still there (a sandbox was left?): %v", d, err)
 		}
