@@ -129,6 +129,21 @@ func (d *daemon) sandboxDirs() int {
 	return len(entries)
 }
 
+// guests counts the running guests of this daemon's sandboxes: processes
+// whose program is the guest binary installed under its state dir. (Other
+// tests' daemons, in this package or another run in parallel, have their
+// own guests.)
+func (d *daemon) guests() int {
+	n := 0
+	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
+	for _, exe := range exes {
+		if target, err := os.Readlink(exe); err == nil && strings.HasPrefix(target, d.state+string(filepath.Separator)) {
+			n++
+		}
+	}
+	return n
+}
+
 // kill9 kills the daemon the hard way; sandboxes must survive it.
 func (d *daemon) kill9() {
 	d.cmd.Process.Signal(syscall.SIGKILL)

@@ -51,13 +51,13 @@ func TestWarmPoolHandOver(t *testing.T) {
 	// kill -9: the next daemon throws the old pool away and boots a new one.
 	d.kill9()
 	d.start()
-	waitFor(t, 10*time.Second, func() bool { return d.sandboxDirs() == 2 })
+	waitFor(t, 10*time.Second, func() bool { return d.sandboxDirs() == 2 && d.guests() == 2 })
 	// A graceful stop drains the pool: nothing is left running.
 	d.stop()
 	if n := d.sandboxDirs(); n != 0 {
 		t.Fatalf("%d sandbox dirs after a graceful stop", n)
 	}
-	if n := countProcs("berth-guest guest"); n != 0 {
+	if n := d.guests(); n != 0 {
 		t.Fatalf("%d guests left after a graceful stop", n)
 	}
 }
