@@ -59,7 +59,8 @@ func TestRowsRatioAndNotMeasured(t *testing.T) {
 	if len(rs) != 4 {
 		t.Fatalf("%d rows, want one per subject", len(rs))
 	}
-	if rs[1].Subject != "crun exec" || rs[1].Ratio == nil || rs[1].Ratio.P50 != 0.25 || rs[1].RatioTo != "berth" {
+	if rs[1].Subject != "crun exec" || rs[1].Ratio == nil || rs[1].Ratio.P50 != 0.25 || rs[1].RatioTo != "berth" ||
+		len(rs[1].Ratios) != 2 || rs[1].Ratios[0] != 0.25 || rs[1].Ratios[1] != 0.5 {
 		t.Fatalf("crun row: %+v ratio %+v", rs[1], rs[1].Ratio)
 	}
 	if rs[0].Ratio != nil {

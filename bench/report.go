@@ -41,6 +41,8 @@ type Metric struct {
 	Ratio *Summary `json:"ratio_berth_over_peer,omitempty"`
 	// RatioTo names the berth subject of Ratio.
 	RatioTo string `json:"ratio_to,omitempty"`
+	// Ratios are the per-round ratios Ratio summarizes, in round order.
+	Ratios []float64 `json:"ratios_per_round,omitempty"`
 	// Samples are the valid samples in Unit, in round order.
 	Samples []float64 `json:"samples,omitempty"`
 	// NotMeasured says why there is no figure (or, beside a Summary, what

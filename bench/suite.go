@@ -132,9 +132,9 @@ func (s *suite) peers(ctx context.Context) ([]subject, error) {
 
 // interleave takes rounds of one sample of each live subject, in an order
 // that rotates every round, so that a machine's drift falls on every
-// subject alike. Before each sample, outside the clock, the warm pool is
-// refilled and the previous sample's sandbox deleted.
-func (s *suite) interleave(ctx context.Context, subjects []subject, rounds int, sample func(context.Context, subject) (func(), error)) map[string]series {
+// subject alike. After each sample, outside the clock, its sandbox is
+// deleted and, with settle, the warm pool refilled before the next one.
+func (s *suite) interleave(ctx context.Context, subjects []subject, rounds int, settle bool, sample func(context.Context, subject) (func(), error)) map[string]series {
 	out := map[string]series{}
 	for _, sub := range subjects {
 		out[sub.name] = newSeries(rounds)
@@ -143,8 +143,13 @@ func (s *suite) interleave(ctx context.Context, subjects []subject, rounds int, 
 	for r := range rounds {
 		for i := range subjects {
 			sub := subjects[(r+i)%len(subjects)]
-			if err := s.warm.settle(ctx); err != nil {
-				s.log.Warn("settle", "err", err)
+			if settle {
+				if err := s.warm.settle(ctx); err != nil {
+					s.log.Warn("settle", "err", err)
+				}
+				// The pool check just woke the daemon; every sample, berth's
+				// or a peer's, starts from a machine gone idle again.
+				time.Sleep(5 * time.Millisecond)
 			}
 			if ctx.Err() != nil {
 				return out
@@ -170,7 +175,7 @@ func (s *suite) interleave(ctx context.Context, subjects []subject, rounds int, 
 // starts measures "start isolated, print hi" for every subject.
 func (s *suite) starts(ctx context.Context, subjects []subject) error {
 	live := measurable(subjects)
-	got := s.interleave(ctx, live, s.cfg.rounds, func(ctx context.Context, sub subject) (func(), error) { return sub.once(ctx) })
+	got := s.interleave(ctx, live, s.cfg.rounds, true, func(ctx context.Context, sub subject) (func(), error) { return sub.once(ctx) })
 	const name = "create → first exec output (`echo hi`), sequential"
 	s.res.Metrics = append(s.res.Metrics, rows("start", name, subjects, got, "berth", s.cfg.rounds, map[string]*Target{
 		"berth":    {Stat: "p50", AtMost: true, Limit: 10},
@@ -207,7 +212,9 @@ func (s *suite) execs(ctx context.Context, subjects []subject) error {
 		}
 		shown = append(shown, sub)
 	}
-	got := s.interleave(ctx, live, s.cfg.execRounds, func(ctx context.Context, sub subject) (func(), error) {
+	// No creates here, so nothing to refill: no request to the daemon
+	// between samples that would wake it just before berth's.
+	got := s.interleave(ctx, live, s.cfg.execRounds, false, func(ctx context.Context, sub subject) (func(), error) {
 		return nil, envs[sub.name].exec(ctx)
 	})
 	s.res.Metrics = append(s.res.Metrics, rows("exec", "exec round trip (`true`) in a running sandbox", shown, got, "berth", s.cfg.execRounds, map[string]*Target{
@@ -255,7 +262,7 @@ func rows(group, name string, subjects []subject, got map[string]series, base st
 		if !strings.HasPrefix(sub.name, "berth") {
 			if r := ratios(got[base], got[sub.name]); len(r) > 0 {
 				rs := summarize(r)
-				m.Ratio, m.RatioTo = &rs, base
+				m.Ratio, m.RatioTo, m.Ratios = &rs, base, r
 			}
 		}
 		out = append(out, m)
