@@ -91,6 +91,7 @@ func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error
 	}{
 		{"start isolated, print hi", s.starts},
 		{"exec round trip", s.execs},
+		{"round trips, back to back", func(ctx context.Context, _ []subject) error { return s.roundTrips(ctx) }},
 		{"exec throughput", func(ctx context.Context, _ []subject) error { return s.throughput(ctx) }},
 		{"bursts of concurrent creates", func(ctx context.Context, _ []subject) error { return s.burstsOf(ctx) }},
 		{"file transfers", func(ctx context.Context, _ []subject) error { return s.files(ctx) }},
@@ -268,6 +269,42 @@ func rows(group, name string, subjects []subject, got map[string]series, base st
 		out = append(out, m)
 	}
 	return out
+}
+
+// roundTrips splits an exec's time: the same client calls, one after
+// another, the daemon alone (a health check), the daemon and the guest (a
+// file stat inside the sandbox), and an exec of true, which adds the
+// process.
+func (s *suite) roundTrips(ctx context.Context) error {
+	sb, err := s.warm.create(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.warm.remove(sb.ID)
+	c := s.warm.client
+	for _, call := range []struct {
+		name string
+		do   func() error
+	}{
+		{"round trip to the daemon (GET /healthz), back to back", func() error { return c.Health(ctx) }},
+		{"round trip through the guest (fs stat of /tmp), back to back", func() error {
+			_, err := c.Stat(ctx, sb.ID, api.StatRequest{Path: "/tmp"})
+			return err
+		}},
+		{"exec round trip (`true`), back to back", func() error { return s.warm.execTrue(ctx, sb.ID) }},
+	} {
+		var samples []float64
+		for range s.cfg.execRounds {
+			t0 := time.Now()
+			if err := call.do(); err != nil {
+				return fmt.Errorf("%s: %w", call.name, err)
+			}
+			samples = append(samples, ms(time.Since(t0)))
+		}
+		sum := summarize(samples)
+		s.res.Metrics = append(s.res.Metrics, Metric{Group: "exec", Name: call.name, Subject: "berth", Unit: "ms", Summary: &sum, Samples: samples})
+	}
+	return nil
 }
 
 // throughput counts execs per second in one sandbox with several clients
