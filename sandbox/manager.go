@@ -328,10 +328,19 @@ func (m *Manager) record(ctx context.Context, tenant, id string) (store.Sandbox,
 	if err != nil {
 		return rec, err
 	}
-	if (tenant != "" && rec.Tenant != tenant) || rec.State == statePooled {
-		return store.Sandbox{}, errdefs.New(errdefs.NotFound, "sandbox %q not found", id)
+	if err := visible(tenant, rec.Status()); err != nil {
+		return store.Sandbox{}, err
 	}
 	return rec, nil
+}
+
+// visible is not_found for a sandbox that is another tenant's or still in
+// the warm pool: to the caller, neither exists.
+func visible(tenant string, st store.Status) error {
+	if (tenant != "" && st.Tenant != tenant) || st.State == statePooled {
+		return errdefs.New(errdefs.NotFound, "sandbox %q not found", st.ID)
+	}
+	return nil
 }
 
 // List returns the tenant's sandboxes that match sel.
@@ -394,8 +403,8 @@ func (m *Manager) guest(ctx context.Context, tenant, id string) (*liveSandbox, e
 	if err != nil {
 		return nil, err
 	}
-	if (tenant != "" && st.Tenant != tenant) || st.State == statePooled {
-		return nil, errdefs.New(errdefs.NotFound, "sandbox %q not found", id)
+	if err := visible(tenant, st); err != nil {
+		return nil, err
 	}
 	m.mu.Lock()
 	ls, ok := m.live[id]
