@@ -117,6 +117,7 @@ func TestMarkdownGolden(t *testing.T) {
 		},
 		Notes: []string{"A note."},
 	}
+	res.checkTargets()
 	got := markdown(res)
 	golden := filepath.Join("testdata", "table.md")
 	if *update {

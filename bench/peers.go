@@ -231,7 +231,6 @@ func bwrapSubject() subject {
 		"--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 		"/usr/bin/echo", "hi"}
 	s.once = func(ctx context.Context) (func(), error) { return nil, wantHi(command(ctx, path, args...)) }
-	s.boot = nil
 	return s
 }
 

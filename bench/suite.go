@@ -106,6 +106,7 @@ func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error
 			return nil, err
 		}
 	}
+	s.res.checkTargets()
 	return s.res, nil
 }
 
