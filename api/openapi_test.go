@@ -40,6 +40,9 @@ var schemaTypes = map[string]reflect.Type{
 	"ErrorResponse":         reflect.TypeFor[ErrorResponse](),
 	"VersionResponse":       reflect.TypeFor[VersionResponse](),
 	"SandboxEvent":          reflect.TypeFor[SandboxEvent](),
+	"Runtime":               reflect.TypeFor[Runtime](),
+	"RuntimeCapabilities":   reflect.TypeFor[RuntimeCapabilities](),
+	"ListRuntimesResponse":  reflect.TypeFor[ListRuntimesResponse](),
 	// The file API's types are the guest protocol's (api/files.go aliases them).
 	"FileInfo":        reflect.TypeFor[FileInfo](),
 	"StatRequest":     reflect.TypeFor[StatRequest](),
@@ -77,6 +80,7 @@ var schemaTypes = map[string]reflect.Type{
 var wantRoutes = []Route{
 	{"GET", "/healthz"},
 	{"GET", "/metrics"},
+	{"GET", "/v1/runtimes"},
 	{"GET", "/v1/sandboxes"},
 	{"POST", "/v1/sandboxes"},
 	{"POST", "/v1/sandboxes/get-or-create"},

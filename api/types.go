@@ -217,6 +217,47 @@ type VersionResponse struct {
 	Runtimes []string `json:"runtimes"`
 }
 
+// Runtime is an isolation tier of the daemon: GET /v1/runtimes.
+type Runtime struct {
+	Name string `json:"name"`
+	// Default is the runtime a create gets when it names none.
+	Default bool `json:"default"`
+	// Available says whether the runtime can run on this host; Reason says
+	// why not.
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+	// Capabilities is what an available runtime can do here.
+	Capabilities *RuntimeCapabilities `json:"capabilities,omitempty"`
+}
+
+// RuntimeCapabilities is what a runtime can do on this host. A request for
+// anything else is refused with the reason, never silently ignored.
+type RuntimeCapabilities struct {
+	// Limits names the limits it enforces: cpus, memory_bytes, pids,
+	// disk_bytes, open_files.
+	Limits []string `json:"limits"`
+	// Max is the most one sandbox may be given on this host (0: no bound known).
+	Max Limits `json:"max"`
+	// NetworkModes are the network modes it can give a sandbox.
+	NetworkModes []string `json:"network_modes"`
+	// StopStart: stop keeps the files and start brings the sandbox back.
+	StopStart bool `json:"stop_start"`
+	// UpdateLimits: a running sandbox's limits can change.
+	UpdateLimits bool `json:"update_limits"`
+	// GrowDisk: a running sandbox's disk limit can grow.
+	GrowDisk bool `json:"grow_disk"`
+	// Stats: usage is reported (stats, metrics, oom_killed, limit_hit).
+	Stats bool `json:"stats"`
+	// Missing says why the runtime lacks a capability or limit here, by its
+	// name above (disk_bytes, grow_disk, …).
+	Missing map[string]string `json:"missing,omitempty"`
+}
+
+// ListRuntimesResponse is the body of GET /v1/runtimes.
+type ListRuntimesResponse struct {
+	Runtimes []Runtime `json:"runtimes"`
+}
+
 // Sandbox event types on GET /v1/sandboxes/{id}/events.
 const (
 	SandboxCreated  = "created"

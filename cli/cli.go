@@ -47,7 +47,7 @@ func AddCommands(root *cobra.Command) {
 		inspectCommand(connect), rmCommand(connect), psCommand(connect), killCommand(connect), logsCommand(connect),
 		stopCommand(connect), startCommand(connect), labelCommand(connect), getOrCreateCommand(connect),
 		statsCommand(connect), updateCommand(connect), eventsCommand(connect),
-		cpCommand(connect), fsCommand(connect),
+		cpCommand(connect), fsCommand(connect), runtimesCommand(connect),
 	)
 }
 
@@ -55,16 +55,18 @@ type connector func() (*client.Client, error)
 
 // createFlags are the flags of create and run.
 type createFlags struct {
-	image, workdir, user string
-	labels, env          []string
-	limits               limitFlags
-	idle, deleteAfter    string
-	maxLifetime          string
+	image, runtime    string
+	workdir, user     string
+	labels, env       []string
+	limits            limitFlags
+	idle, deleteAfter string
+	maxLifetime       string
 }
 
 func (f *createFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.image, "image", "", "image (default host)")
+	fl.StringVar(&f.runtime, "runtime", "", "runtime, the isolation tier (default: the daemon's; see berth runtimes)")
 	fl.StringArrayVarP(&f.labels, "label", "l", nil, "label k=v (repeatable)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V (repeatable)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "default working directory")
@@ -93,7 +95,7 @@ func ParseDuration(s string) (time.Duration, error) {
 }
 
 func (f *createFlags) request() (api.CreateSandboxRequest, error) {
-	req := api.CreateSandboxRequest{Image: f.image, Workdir: f.workdir, User: f.user}
+	req := api.CreateSandboxRequest{Image: f.image, Runtime: f.runtime, Workdir: f.workdir, User: f.user}
 	var err error
 	if req.Labels, err = parsePairs("--label", f.labels); err != nil {
 		return req, err
@@ -508,6 +510,61 @@ func lsCommand(connect connector) *cobra.Command {
 	cmd.Flags().StringVarP(&selector, "selector", "s", "", "label selector: k=v, k!=v, k (exists), !k (absent), comma-separated, ANDed")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only")
 	return cmd
+}
+
+func runtimesCommand(connect connector) *cobra.Command {
+	return &cobra.Command{
+		Use:   "runtimes",
+		Short: "List the daemon's runtimes (isolation tiers) and what each can do here",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			list, err := c.Runtimes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			writeRuntimes(cmd.OutOrStdout(), list)
+			return nil
+		},
+	}
+}
+
+// writeRuntimes prints one line per runtime, then why each lacks what it lacks.
+func writeRuntimes(out io.Writer, list []api.Runtime) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tDEFAULT\tAVAILABLE\tLIMITS\tNETWORK\tSTOP/START\tUPDATE\tSTATS")
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	var notes []string
+	for _, r := range list {
+		if r.Capabilities == nil {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\n", r.Name, yes(r.Default), yes(r.Available))
+			notes = append(notes, fmt.Sprintf("%s: unavailable: %s", r.Name, r.Reason))
+			continue
+		}
+		c := r.Capabilities
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, yes(r.Default), yes(r.Available),
+			strings.Join(c.Limits, ","), strings.Join(c.NetworkModes, ","), yes(c.StopStart), yes(c.UpdateLimits), yes(c.Stats))
+		keys := make([]string, 0, len(c.Missing))
+		for k := range c.Missing {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			notes = append(notes, fmt.Sprintf("%s: no %s: %s", r.Name, k, c.Missing[k]))
+		}
+	}
+	tw.Flush()
+	for _, n := range notes {
+		fmt.Fprintln(out, n)
+	}
 }
 
 func writeTable(out io.Writer, list []api.Sandbox, now time.Time) {

@@ -204,14 +204,14 @@ func (f *fakeDaemon) sawRequests() []string {
 
 func TestCreatePrintsTheIDAlone(t *testing.T) {
 	f := newFake(t)
-	out, errOut, code := f.run(t, "", "create", "--image", "host", "--label", "thread_id=t1", "-l", "team=ml",
+	out, errOut, code := f.run(t, "", "create", "--image", "host", "--runtime", "native", "--label", "thread_id=t1", "-l", "team=ml",
 		"--env", "A=1", "-e", "B=x=y", "-w", "/work", "-u", "root", "--memory", "512M", "--cpus", "1.5", "--pids", "512",
 		"--idle-timeout", "15m", "--delete-after", "1d", "--max-lifetime", "0")
 	if out != "sb-new\n" || errOut != "" || code != 0 {
 		t.Fatalf("stdout %q stderr %q exit %d", out, errOut, code)
 	}
 	idle, del, life := int64(900), int64(86400), int64(0)
-	want := api.CreateSandboxRequest{Image: "host", Workdir: "/work", User: "root",
+	want := api.CreateSandboxRequest{Image: "host", Runtime: "native", Workdir: "/work", User: "root",
 		Labels: map[string]string{"thread_id": "t1", "team": "ml"}, Env: map[string]string{"A": "1", "B": "x=y"},
 		Limits:   api.Limits{MemoryBytes: 512 << 20, CPUs: 1.5, Pids: 512},
 		Timeouts: api.Timeouts{IdleSeconds: &idle, DeleteAfterSeconds: &del, MaxLifetimeSeconds: &life}}
@@ -444,6 +444,25 @@ func TestLsTable(t *testing.T) {
 		"sb-aaaaaaaaaaaa  running  host   1m ago   a=1,b=2\n" +
 		"sb-bbbbbbbbbbbb  error    host   3h ago   \n" +
 		"sb-cccccccccccc  running  host   0s ago   \n"
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+func TestRuntimesTable(t *testing.T) {
+	var b bytes.Buffer
+	writeRuntimes(&b, []api.Runtime{
+		{Name: "native", Default: true, Available: true, Capabilities: &api.RuntimeCapabilities{
+			Limits: []string{"cpus", "memory_bytes"}, NetworkModes: []string{"none"}, StopStart: true, Stats: true,
+			Missing: map[string]string{"grow_disk": "needs CAP_SYS_RESOURCE", "disk_bytes": "needs mkfs.ext4"}}},
+		{Name: "gvisor", Reason: "runsc not found on PATH"},
+	})
+	want := "NAME    DEFAULT  AVAILABLE  LIMITS             NETWORK  STOP/START  UPDATE  STATS\n" +
+		"native  yes      yes        cpus,memory_bytes  none     yes         no      yes\n" +
+		"gvisor  no       no         -                  -        -           -       -\n" +
+		"native: no disk_bytes: needs mkfs.ext4\n" +
+		"native: no grow_disk: needs CAP_SYS_RESOURCE\n" +
+		"gvisor: unavailable: runsc not found on PATH\n"
 	if b.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
 	}

@@ -271,6 +271,14 @@ func (c *Client) Version(ctx context.Context) (api.VersionResponse, error) {
 	return v, err
 }
 
+// Runtimes lists the daemon's runtimes: the available ones with what each
+// can do on this host, the others with why they cannot run here.
+func (c *Client) Runtimes(ctx context.Context) ([]api.Runtime, error) {
+	var out api.ListRuntimesResponse
+	err := c.do(ctx, http.MethodGet, "/v1/runtimes", nil, nil, &out)
+	return out.Runtimes, err
+}
+
 // CreateSandbox creates a sandbox and returns it running.
 func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	var sb api.Sandbox

@@ -1,10 +1,9 @@
-// Package daemon assembles berth's subsystems (store, runtimes, sandbox
-// manager, HTTP server) into one value and runs it until its context ends.
+// Package daemon assembles berth's subsystems (store, images, runtimes,
+// sandbox manager, HTTP edge) into one value and runs it until its context
+// ends.
 package daemon
 
 import (
-	"golang.org/x/sys/unix"
-
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/runtime/native"
 	"github.com/berthsh/berth/sandbox"
@@ -39,6 +39,9 @@ type Config struct {
 	DefaultTimeouts sandbox.TimeoutDefaults
 	// WarmPool is how many default sandboxes are kept booted ahead of time.
 	WarmPool int
+	// IDMap maps sandboxes' user and group ids to the host's
+	// (runtime.DefaultIDMap when zero).
+	IDMap runtime.IDMap
 	// Native tunes the native runtime.
 	Native native.Options
 }
@@ -51,6 +54,7 @@ type Daemon struct {
 	cfg      Config
 	log      *slog.Logger
 	Store    *store.Store
+	Images   *image.Store
 	Runtimes map[string]runtime.Runtime
 	Manager  *sandbox.Manager
 	Server   *server.Server
@@ -89,8 +93,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	d.Store = st
 	d.closers = append(d.closers, st.Close)
 
+	images, err := image.New(filepath.Join(cfg.StateDir, "images"), log.With("subsystem", "image"))
+	if err != nil {
+		return nil, err
+	}
+	d.Images = images
+
 	var reg runtime.Registry
 	reg.Register(native.Name, native.Factory(cfg.Native))
+	unavailable := map[string]string{}
 	for _, name := range reg.Names() {
 		f, _ := reg.Factory(name)
 		rt, err := f(runtime.Config{
@@ -100,6 +111,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		})
 		if err != nil {
 			log.Warn("runtime unavailable", "runtime", name, "why", err)
+			unavailable[name] = err.Error()
 			continue
 		}
 		d.Runtimes[name] = rt
@@ -110,8 +122,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if _, ok := d.Runtimes[cfg.DefaultRuntime]; !ok {
 		return nil, fmt.Errorf("default runtime %q cannot run on this host (see the log above)", cfg.DefaultRuntime)
 	}
-	m, err := sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, DefaultLimits: cfg.DefaultLimits,
-		DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool, DiskCapacity: capacity(cfg.StateDir)}, st, d.Runtimes, log)
+	m, err := sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, Unavailable: unavailable, IDMap: cfg.IDMap,
+		DefaultLimits: cfg.DefaultLimits, DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool}, st, d.Runtimes, images, log)
 	if err != nil {
 		return nil, err
 	}
@@ -185,13 +197,4 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// capacity is the size of the file system holding dir (0 if unknown).
-func capacity(dir string) int64 {
-	var st unix.Statfs_t
-	if unix.Statfs(dir, &st) != nil {
-		return 0
-	}
-	return int64(st.Blocks) * st.Bsize
 }

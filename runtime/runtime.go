@@ -13,12 +13,64 @@ import (
 	"sync"
 )
 
-// Spec is what a runtime needs to create a sandbox. Exec defaults (env, user,
-// workdir) are the manager's business, not the runtime's.
+// Spec is a sandbox as the manager resolved it: everything a runtime needs
+// to realize it, decided in one place (sandbox.Manager's resolve). A runtime
+// never pulls an image or chooses a policy; it makes what the spec says, or
+// refuses what it cannot make. Exec defaults (env, user, workdir) are the
+// manager's business, not the runtime's.
 type Spec struct {
-	ID     string
-	Image  string
-	Limits Limits
+	ID string
+	// Hostname is the sandbox's host name (its id).
+	Hostname string
+	// Root is the root file system's read-only part; the runtime adds the
+	// sandbox's own writable layer on top.
+	Root RootFS
+	// Mounts are bound into the root after it is assembled, in order.
+	Mounts []Mount
+	// Users maps user and group ids inside the sandbox to the host.
+	Users IDMap
+	// Network is how the sandbox reaches out.
+	Network Network
+	Limits  Limits
+}
+
+// RootFS is a root file system as read-only directories on the host.
+type RootFS struct {
+	// Image is the reference the root was resolved from (for logs and errors).
+	Image string
+	// Layers are read-only directories, topmost first, with files owned as
+	// Spec.Users maps them (the sandbox's root owns what root owns inside).
+	Layers []string
+}
+
+// Mount binds host directory Source at Target inside the sandbox.
+type Mount struct {
+	Source, Target string
+	ReadOnly       bool
+}
+
+// IDMap maps ids 0..Size-1 inside a sandbox to HostID..HostID+Size-1 outside,
+// for users and groups alike.
+type IDMap struct {
+	HostID uint32
+	Size   uint32
+}
+
+// DefaultIDMap is the mapping sandboxes get unless the daemon is told
+// otherwise: uid and gid 0..65535 inside are 1,000,000,000.. outside, far
+// above the ranges that /etc/subuid hands to users, so sandboxes share no
+// ids with anything else on the host.
+var DefaultIDMap = IDMap{HostID: 1_000_000_000, Size: 65536}
+
+// Network modes.
+const (
+	// NetworkNone is loopback only.
+	NetworkNone = "none"
+)
+
+// Network is a sandbox's network attachment.
+type Network struct {
+	Mode string
 }
 
 // Limits are kernel-enforced ceilings; zero means unlimited.
@@ -46,12 +98,42 @@ type Instance struct {
 	Exited <-chan struct{}
 }
 
-// Capabilities declares what a runtime can do beyond the basics, so a request
-// for something it cannot do is a clear error and never a silent no-op.
+// Capabilities declares what a runtime can do beyond create, attach and
+// delete, and the most it can give one sandbox on this host. The manager reads
+// them before it asks: a request for what a runtime lacks is refused with the
+// runtime's reason, never passed down to fail late or to be ignored.
 type Capabilities struct {
-	Limits bool `json:"limits"`
-	// StopStart says the runtime implements Stopper.
-	StopStart bool `json:"stop_start"`
+	// Limits are the limits the runtime enforces.
+	Limits LimitSupport
+	// Host is the most one sandbox may be given here (0: no bound known).
+	Host HostLimits
+	// NetworkModes are the network modes the runtime can attach.
+	NetworkModes []string
+	// StopStart: the runtime implements Stopper.
+	StopStart bool
+	// UpdateLimits: the runtime implements Updater.
+	UpdateLimits bool
+	// GrowDisk: Updater can raise a running sandbox's disk limit.
+	GrowDisk bool
+	// Stats: the runtime implements StatsProvider.
+	Stats bool
+	// Missing says why the runtime lacks a capability it could have on
+	// another host, by the name of the limit or capability: "disk_bytes",
+	// "grow_disk", "stop_start", … The manager quotes it when it refuses.
+	Missing map[string]string
+}
+
+// LimitSupport says which limits a runtime enforces.
+type LimitSupport struct {
+	CPUs, Memory, Pids, Disk, OpenFiles bool
+}
+
+// HostLimits are the ceilings of one sandbox's limits on this host.
+type HostLimits struct {
+	CPUs        float64
+	MemoryBytes int64
+	DiskBytes   int64
+	OpenFiles   int64
 }
 
 // Runtime is an isolation tier. Implementations must be safe for concurrent use.

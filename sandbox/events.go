@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/berthsh/berth/api"
-	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/store"
 )
 
@@ -118,7 +117,7 @@ func (m *Manager) Events(ctx context.Context, tenant, id string, ready func(), e
 // met since the sweeper last looked: forks refused at the pids limit, CPU
 // periods throttled, a disk that became full.
 func (m *Manager) watchLimits(ctx context.Context, rec store.Sandbox, ls *liveSandbox) {
-	sp, ok := m.runtimes[rec.Runtime].(runtime.StatsProvider)
+	sp, ok := ls.tier.stats()
 	if !ok {
 		return
 	}

@@ -50,11 +50,11 @@ func (k *keyedMutex) lock(key string) func() {
 }
 
 func (m *Manager) stopper(rec store.Sandbox) (runtime.Stopper, error) {
-	st, ok := m.runtimes[rec.Runtime].(runtime.Stopper)
-	if !ok {
-		return nil, errdefs.New(errdefs.NotImplemented, "runtime %q cannot stop and start sandboxes", rec.Runtime)
+	t, err := m.tier(rec.Runtime)
+	if err != nil {
+		return nil, err
 	}
-	return st, nil
+	return t.stopper()
 }
 
 // Stop ends every process of a running sandbox and keeps its files.
@@ -86,7 +86,7 @@ func (m *Manager) stopLocked(ctx context.Context, tenant, id, reason string) err
 	}
 	m.drop(id)
 	if err := st.Stop(ctx, id, rec.RuntimeState); err != nil {
-		m.store.UpdateState(context.Background(), id, api.StateError, "stop failed: "+err.Error(), m.cfg.Now())
+		m.setState(id, api.StateError, "stop failed: "+err.Error())
 		return fmt.Errorf("stop sandbox %s: %w", id, err)
 	}
 	if err := m.store.UpdateState(ctx, id, api.StateStopped, reason, m.cfg.Now()); err != nil {
@@ -118,7 +118,11 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	spec, err := recordSpec(rec)
+	req, err := recordSpec(rec)
+	if err != nil {
+		return err
+	}
+	spec, err := m.resolve(ctx, id, req)
 	if err != nil {
 		return err
 	}
@@ -128,19 +132,24 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
 	defer cancel()
 	fail := func(err error) error {
-		m.store.UpdateState(context.Background(), id, api.StateStopped, "start failed: "+errdefs.Message(err), m.cfg.Now())
+		m.setState(id, api.StateStopped, "start failed: "+errdefs.Message(err))
 		return err
 	}
-	inst, err := st.Start(cctx, runtime.Spec{ID: id, Image: spec.Image, Limits: runtime.Limits(spec.Limits)})
+	undo := func(inst *runtime.Instance) {
+		if err := st.Stop(context.Background(), id, inst.State); err != nil {
+			m.log.Error("failed start: stop", "sandbox", id, "err", err)
+		}
+	}
+	inst, err := st.Start(cctx, spec)
 	if err != nil {
 		return fail(err)
 	}
 	if err := m.store.SetRuntimeState(ctx, id, inst.State); err != nil {
-		st.Stop(context.Background(), id, inst.State)
+		undo(inst)
 		return fail(err)
 	}
-	if err := m.connect(cctx, id, inst, spec, runtime.LimitHits{}); err != nil {
-		st.Stop(context.Background(), id, inst.State)
+	if err := m.connect(cctx, id, inst, req, runtime.LimitHits{}); err != nil {
+		undo(inst)
 		return fail(err)
 	}
 	if err := m.store.UpdateState(ctx, id, api.StateRunning, "", m.cfg.Now()); err != nil {
@@ -192,9 +201,13 @@ func (m *Manager) setLimits(ctx context.Context, rec store.Sandbox, l api.Limits
 	if rec.State != api.StateRunning {
 		return errdefs.New(errdefs.Conflict, "sandbox %s is %s: limits change only while it runs", rec.ID, rec.State)
 	}
-	upd, ok := m.runtimes[rec.Runtime].(runtime.Updater)
-	if !ok {
-		return errdefs.New(errdefs.NotImplemented, "runtime %q cannot change limits of a running sandbox", rec.Runtime)
+	t, err := m.tier(rec.Runtime)
+	if err != nil {
+		return err
+	}
+	upd, err := t.updater()
+	if err != nil {
+		return err
 	}
 	spec, err := recordSpec(rec)
 	if err != nil {
@@ -217,17 +230,26 @@ func (m *Manager) setLimits(ctx context.Context, rec store.Sandbox, l api.Limits
 			return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: sandbox %s was created without a disk limit; one cannot be added to a running sandbox", rec.ID)
 		}
 		if l.DiskBytes < spec.Limits.DiskBytes {
-			return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: %d is outside %d..%d (a disk only grows)", l.DiskBytes, spec.Limits.DiskBytes, m.cfg.DiskCapacity)
+			return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: %d is outside %d..%d (a disk only grows)", l.DiskBytes, spec.Limits.DiskBytes, t.caps.Host.DiskBytes)
+		}
+		if l.DiskBytes > spec.Limits.DiskBytes && !t.caps.GrowDisk {
+			if why := t.caps.Missing["grow_disk"]; why != "" {
+				return errdefs.New(errdefs.NotImplemented, "limits.disk_bytes: %s", why)
+			}
+			return t.lacks("grow_disk", "grow a running sandbox's disk")
 		}
 		spec.Limits.DiskBytes = l.DiskBytes
 	}
-	if err := validateLimits(spec.Limits, m.cfg.DiskCapacity); err != nil {
+	if err := validateLimits(spec.Limits, t.caps); err != nil {
 		return err
 	}
 	if err := upd.SetLimits(ctx, rec.ID, runtime.Limits(spec.Limits)); err != nil {
 		return err
 	}
-	b, _ := json.Marshal(spec)
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
 	if err := m.store.SetSpec(ctx, rec.ID, b); err != nil {
 		return err
 	}

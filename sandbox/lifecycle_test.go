@@ -10,6 +10,7 @@ import (
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/internal/testutil"
 	"github.com/berthsh/berth/labels"
 	"github.com/berthsh/berth/runtime"
@@ -83,8 +84,12 @@ func newManager(t *testing.T) (*Manager, *clock) {
 		t.Fatal(err)
 	}
 	clk := &clock{now: time.Now()}
+	images, err := image.New(filepath.Join(state, "images"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
 	m, err := New(Config{DefaultRuntime: native.Name, Now: clk.Now, SweepInterval: time.Hour,
-		DefaultTimeouts: TimeoutDefaults{Idle: 15 * time.Minute}}, st, map[string]runtime.Runtime{native.Name: rt}, log)
+		DefaultTimeouts: TimeoutDefaults{Idle: 15 * time.Minute}}, st, map[string]runtime.Runtime{native.Name: rt}, images, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,10 @@
-// Package sandbox is berth's sandbox manager: it validates requests, keeps
-// sandboxes in the store, drives the runtimes, and relays exec and process
-// calls to each sandbox's guest.
+// Package sandbox is berth's sandbox manager: it validates requests, resolves
+// each sandbox into one runtime.Spec (spec.go), keeps sandboxes in the store,
+// drives the runtimes within their declared capabilities, and relays exec,
+// process and file calls to each sandbox's guest. Its files follow the
+// lifecycle: manager.go (create, get, delete, attach), lifecycle.go (stop,
+// start, update, get-or-create, timeouts), pool.go (warm pool), exec.go,
+// files.go, usage.go, events.go.
 package sandbox
 
 import (
@@ -16,6 +20,7 @@ import (
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/guestclient"
+	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/labels"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/store"
@@ -25,6 +30,13 @@ import (
 type Config struct {
 	// DefaultRuntime is used when a create request names none.
 	DefaultRuntime string
+	// DefaultImage is used when a create request names none ("host").
+	DefaultImage string
+	// Unavailable names the runtimes that cannot run on this host, with why.
+	Unavailable map[string]string
+	// IDMap maps sandboxes' user and group ids to the host's
+	// (runtime.DefaultIDMap when zero).
+	IDMap runtime.IDMap
 	// DefaultLimits fill the zero fields of a create request's limits.
 	DefaultLimits api.Limits
 	// DefaultTimeouts fill the absent fields of a create request's timeouts.
@@ -38,9 +50,11 @@ type Config struct {
 	SweepInterval time.Duration
 	// Now is the manager's clock (default time.Now); tests inject one.
 	Now func() time.Time
-	// DiskCapacity is the size of the file system that holds sandboxes'
-	// writable layers: the largest disk limit (0: unknown, not checked).
-	DiskCapacity int64
+}
+
+// Images resolves image references into root file systems (image.Store).
+type Images interface {
+	Resolve(ctx context.Context, ref string, ids runtime.IDMap) (image.Resolved, error)
 }
 
 // TimeoutDefaults are the daemon's default timeouts; zero turns one off.
@@ -50,10 +64,11 @@ type TimeoutDefaults struct {
 
 // Manager owns the live sandboxes of one daemon.
 type Manager struct {
-	cfg      Config
-	store    *store.Store
-	runtimes map[string]runtime.Runtime
-	log      *slog.Logger
+	cfg    Config
+	store  *store.Store
+	tiers  map[string]*tier // available runtimes by name
+	images Images
+	log    *slog.Logger
 
 	mu   sync.Mutex
 	live map[string]*liveSandbox // running sandboxes with a guest connection
@@ -71,6 +86,7 @@ type Manager struct {
 // liveSandbox is a running sandbox's connection and activity.
 type liveSandbox struct {
 	inst  *runtime.Instance
+	tier  *tier
 	guest *guestclient.Client
 	spec  api.CreateSandboxRequest
 	// lastActive is the manager clock's UnixNano of the last activity.
@@ -83,10 +99,17 @@ type liveSandbox struct {
 	hits runtime.LimitHits
 }
 
-// New returns a manager. Call Start to re-attach to sandboxes from the store.
-func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, log *slog.Logger) (*Manager, error) {
+// New returns a manager over the available runtimes, reading their
+// capabilities once. Call Start to re-attach to sandboxes from the store.
+func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, images Images, log *slog.Logger) (*Manager, error) {
 	if _, ok := runtimes[cfg.DefaultRuntime]; !ok {
 		return nil, fmt.Errorf("default runtime %q is not available", cfg.DefaultRuntime)
+	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = image.Host
+	}
+	if cfg.IDMap.Size == 0 {
+		cfg.IDMap = runtime.DefaultIDMap
 	}
 	if cfg.CreateTimeout == 0 {
 		cfg.CreateTimeout = 30 * time.Second
@@ -97,18 +120,13 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, log *
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, store: st, runtimes: runtimes, log: log, live: map[string]*liveSandbox{}, ctx: ctx, cancel: cancel,
-		pool: pool{size: cfg.WarmPool}}, nil
-}
-
-// Runtimes lists the names of the available runtimes.
-func (m *Manager) Runtimes() []string {
-	out := make([]string, 0, len(m.runtimes))
-	for n := range m.runtimes {
-		out = append(out, n)
+	tiers := map[string]*tier{}
+	for name, rt := range runtimes {
+		tiers[name] = &tier{name: name, rt: rt, caps: rt.Capabilities()}
 	}
-	return out
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{cfg: cfg, store: st, tiers: tiers, images: images, log: log, live: map[string]*liveSandbox{},
+		ctx: ctx, cancel: cancel, pool: pool{size: cfg.WarmPool}}, nil
 }
 
 // Start re-attaches to every sandbox the store says is running, settles
@@ -134,13 +152,13 @@ func (m *Manager) Start(ctx context.Context) error {
 		case api.StateCreating, api.StateDeleting, statePooled:
 			// A create or delete was cut off by a daemon crash: finish it as a delete.
 			m.log.Warn("cleaning up a sandbox left half-made", "sandbox", rec.ID, "state", rec.State)
-			if rt, ok := m.runtimes[rec.Runtime]; ok {
-				if err := rt.Delete(ctx, rec.ID, rec.RuntimeState); err != nil {
+			if t, err := m.tier(rec.Runtime); err == nil {
+				if err := t.rt.Delete(ctx, rec.ID, rec.RuntimeState); err != nil {
 					m.log.Error("clean-up failed", "sandbox", rec.ID, "err", err)
 					continue
 				}
 			}
-			m.store.DeleteSandbox(ctx, rec.ID)
+			m.forget(rec.ID)
 		}
 	}
 	m.wg.Add(1)
@@ -151,34 +169,60 @@ func (m *Manager) Start(ctx context.Context) error {
 
 // settleStopped makes sure nothing of a sandbox runs and records it stopped.
 func (m *Manager) settleStopped(ctx context.Context, rec store.Sandbox, reason string) {
-	if st, ok := m.runtimes[rec.Runtime].(runtime.Stopper); ok {
-		if err := st.Stop(ctx, rec.ID, rec.RuntimeState); err != nil {
-			m.log.Error("stop failed", "sandbox", rec.ID, "err", err)
-			m.store.UpdateState(ctx, rec.ID, api.StateError, "stop failed: "+err.Error(), m.cfg.Now())
-			return
+	if t, err := m.tier(rec.Runtime); err == nil {
+		if st, err := t.stopper(); err == nil {
+			if err := st.Stop(ctx, rec.ID, rec.RuntimeState); err != nil {
+				m.log.Error("stop failed", "sandbox", rec.ID, "err", err)
+				m.setState(rec.ID, api.StateError, "stop failed: "+err.Error())
+				return
+			}
 		}
 	}
-	m.store.UpdateState(ctx, rec.ID, api.StateStopped, reason, m.cfg.Now())
+	m.setState(rec.ID, api.StateStopped, reason)
 	m.emit(rec.ID, api.SandboxStopped, func(ev *api.SandboxEvent) { ev.Reason = reason })
 }
 
+// setState records a state on a path that has nothing better to do with a
+// store error than to log it (a rollback, a settling after a crash).
+func (m *Manager) setState(id, state, why string) {
+	if err := m.store.UpdateState(context.Background(), id, state, why, m.cfg.Now()); err != nil {
+		m.log.Error("record state", "sandbox", id, "state", state, "err", err)
+	}
+}
+
+// forget deletes a sandbox's row on a path that can only log a failure.
+func (m *Manager) forget(id string) {
+	if err := m.store.DeleteSandbox(context.Background(), id); err != nil && !errdefs.IsNotFound(err) {
+		m.log.Error("delete row", "sandbox", id, "err", err)
+	}
+}
+
+// undoCreate deletes what a runtime made for a create that failed later.
+func (m *Manager) undoCreate(t *tier, id string, state json.RawMessage) {
+	if err := t.rt.Delete(context.Background(), id, state); err != nil {
+		m.log.Error("failed create: delete from runtime", "sandbox", id, "err", err)
+	}
+}
+
 func (m *Manager) attach(ctx context.Context, rec store.Sandbox) error {
-	rt, ok := m.runtimes[rec.Runtime]
-	if !ok {
-		return errdefs.New(errdefs.Unavailable, "runtime %q is not available in this daemon", rec.Runtime)
+	t, err := m.tier(rec.Runtime)
+	if err != nil {
+		return err
 	}
 	spec, err := recordSpec(rec)
 	if err != nil {
 		return err
 	}
-	inst, err := rt.Attach(ctx, rec.ID, rec.RuntimeState)
+	inst, err := t.rt.Attach(ctx, rec.ID, rec.RuntimeState)
 	if err != nil {
 		return err
 	}
 	// Limits met before this daemon started were reported by the last one.
 	var hits runtime.LimitHits
-	if sp, ok := rt.(runtime.StatsProvider); ok {
-		hits, _ = sp.LimitHits(ctx, rec.ID)
+	if sp, ok := t.stats(); ok {
+		if hits, err = sp.LimitHits(ctx, rec.ID); err != nil {
+			m.log.Warn("read limit counts at attach", "sandbox", rec.ID, "err", err)
+		}
 	}
 	return m.connect(ctx, rec.ID, inst, spec, hits)
 }
@@ -193,7 +237,7 @@ func (m *Manager) connect(ctx context.Context, id string, inst *runtime.Instance
 		gc.Close()
 		return err
 	}
-	ls := &liveSandbox{inst: inst, guest: gc, spec: spec, hits: hits}
+	ls := &liveSandbox{inst: inst, tier: m.tiers[spec.Runtime], guest: gc, spec: spec, hits: hits}
 	ls.lastActive.Store(m.cfg.Now().UnixNano())
 	m.mu.Lock()
 	m.live[id] = ls
@@ -262,45 +306,70 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 		m.log.Warn("warm pool hand-over failed; booting a new sandbox", "sandbox", id, "err", err)
 		m.discard(context.Background(), id)
 	}
-	rt := m.runtimes[req.Runtime]
+	sb, _, err := m.boot(ctx, tenant, api.StateRunning, req)
+	return sb, err
+}
+
+// boot makes a new sandbox from a normalized request: its row (in state
+// creating), the resolved spec, the runtime's sandbox and the guest
+// connection, then the row in state (running, or pooled for the warm pool).
+// A failure at any step undoes the earlier ones.
+func (m *Manager) boot(ctx context.Context, tenant, state string, req api.CreateSandboxRequest) (api.Sandbox, string, error) {
+	t, err := m.tier(req.Runtime)
+	if err != nil {
+		return api.Sandbox{}, "", err
+	}
 	id, err := newID()
 	if err != nil {
-		return api.Sandbox{}, err
+		return api.Sandbox{}, "", err
 	}
-	specJSON, _ := json.Marshal(req)
+	spec, err := m.resolve(ctx, id, req)
+	if err != nil {
+		return api.Sandbox{}, "", err
+	}
+	specJSON, err := json.Marshal(req)
+	if err != nil {
+		return api.Sandbox{}, "", err
+	}
 	now := m.cfg.Now().UTC()
 	rec := store.Sandbox{ID: id, Tenant: tenant, State: api.StateCreating, Image: req.Image, Runtime: req.Runtime,
 		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now}
+	if state == statePooled {
+		rec.State = statePooled // a crash before the end is cleaned up like a creating one
+	}
 	if err := m.store.CreateSandbox(ctx, rec); err != nil {
-		return api.Sandbox{}, err
+		return api.Sandbox{}, "", err
 	}
 	// From here a failure must remove the row (and the runtime rolls back its own half).
-	fail := func(err error) (api.Sandbox, error) {
-		m.store.DeleteSandbox(context.Background(), id)
-		return api.Sandbox{}, err
+	fail := func(err error) (api.Sandbox, string, error) {
+		m.forget(id)
+		return api.Sandbox{}, "", err
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
 	defer cancel()
-	inst, err := rt.Create(cctx, runtime.Spec{ID: id, Image: req.Image, Limits: runtime.Limits(req.Limits)})
+	inst, err := t.rt.Create(cctx, spec)
 	if err != nil {
 		return fail(err)
 	}
 	if err := m.store.SetRuntimeState(ctx, id, inst.State); err != nil {
-		rt.Delete(context.Background(), id, inst.State)
+		m.undoCreate(t, id, inst.State)
 		return fail(err)
 	}
 	if err := m.connect(cctx, id, inst, req, runtime.LimitHits{}); err != nil {
-		rt.Delete(context.Background(), id, inst.State)
+		m.undoCreate(t, id, inst.State)
 		return fail(err)
 	}
-	if err := m.store.UpdateState(ctx, id, api.StateRunning, "", m.cfg.Now()); err != nil {
+	if state == statePooled {
+		return api.Sandbox{}, id, nil
+	}
+	if err := m.store.UpdateState(ctx, id, state, "", m.cfg.Now()); err != nil {
 		m.drop(id)
-		rt.Delete(context.Background(), id, inst.State)
+		m.undoCreate(t, id, inst.State)
 		return fail(err)
 	}
-	rec.State = api.StateRunning
+	rec.State = state
 	m.emit(id, api.SandboxCreated)
-	return toAPI(rec, req), nil
+	return toAPI(rec, req), id, nil
 }
 
 // drop forgets a live sandbox's connection.
@@ -376,16 +445,16 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	default:
 		return errdefs.New(errdefs.Conflict, "sandbox %s is %s; delete it once that has finished", id, rec.State)
 	}
+	t, ok := m.tiers[rec.Runtime]
+	if !ok {
+		return errdefs.New(errdefs.Unavailable, "sandbox %s: runtime %q is not available in this daemon", id, rec.Runtime)
+	}
 	if err := m.store.UpdateState(ctx, id, api.StateDeleting, "", m.cfg.Now()); err != nil {
 		return err
 	}
 	m.drop(id)
-	rt, ok := m.runtimes[rec.Runtime]
-	if !ok {
-		return errdefs.New(errdefs.Unavailable, "sandbox %s: runtime %q is not available in this daemon", id, rec.Runtime)
-	}
-	if err := rt.Delete(ctx, id, rec.RuntimeState); err != nil {
-		m.store.UpdateState(context.Background(), id, api.StateError, "delete failed: "+err.Error(), m.cfg.Now())
+	if err := t.rt.Delete(ctx, id, rec.RuntimeState); err != nil {
+		m.setState(id, api.StateError, "delete failed: "+err.Error())
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	if err := m.store.DeleteSandbox(ctx, id); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/store"
 )
@@ -16,10 +17,13 @@ import (
 // owned by no tenant, invisible to the API until a create claims it.
 const statePooled = "pooled"
 
-// pool keeps sandboxes booted ahead of time, so that a create of the default
-// image and runtime is a hand-over instead of a boot.
+// pool keeps sandboxes of one image and runtime (the daemon's defaults)
+// booted ahead of time, so that a create of them is a hand-over instead of
+// a boot.
 type pool struct {
 	size  int
+	image string // what the pooled sandboxes are made of
+	rt    string
 	mu    sync.Mutex
 	ready []string      // ids, oldest first
 	kick  chan struct{} // wakes the refiller
@@ -28,11 +32,13 @@ type pool struct {
 // startPool starts the refiller when a pool is configured.
 func (m *Manager) startPool() {
 	m.pool.kick = make(chan struct{}, 1)
+	m.pool.image, m.pool.rt = m.cfg.DefaultImage, m.cfg.DefaultRuntime
 	if m.pool.size == 0 {
 		return
 	}
-	if _, ok := m.runtimes[m.cfg.DefaultRuntime].(runtime.Updater); !ok {
-		m.log.Warn("warm pool off: the default runtime cannot change limits of a running sandbox", "runtime", m.cfg.DefaultRuntime)
+	// A hand-over applies the request's limits to a running sandbox.
+	if _, err := m.tiers[m.pool.rt].updater(); err != nil {
+		m.log.Warn("warm pool off", "runtime", m.pool.rt, "why", errdefs.Message(err))
 		m.pool.size = 0
 		return
 	}
@@ -73,47 +79,24 @@ func (m *Manager) poolShort() bool {
 
 // fillOne boots one pooled sandbox with the daemon's defaults.
 func (m *Manager) fillOne(ctx context.Context) error {
-	req, err := m.normalize(api.CreateSandboxRequest{})
+	req, err := m.normalize(api.CreateSandboxRequest{Image: m.pool.image, Runtime: m.pool.rt})
 	if err != nil {
 		return err
 	}
-	id, err := newID()
+	_, id, err := m.boot(ctx, "", statePooled, req)
 	if err != nil {
-		return err
+		return fmt.Errorf("warm pool: %w", err)
 	}
-	specJSON, _ := json.Marshal(req)
-	now := m.cfg.Now().UTC()
-	rec := store.Sandbox{ID: id, State: statePooled, Image: req.Image, Runtime: req.Runtime, Spec: specJSON,
-		CreatedAt: now, UpdatedAt: now}
-	if err := m.store.CreateSandbox(ctx, rec); err != nil {
-		return err
-	}
-	rt := m.runtimes[req.Runtime]
-	cctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
-	defer cancel()
-	inst, err := rt.Create(cctx, runtime.Spec{ID: id, Image: req.Image, Limits: runtime.Limits(req.Limits)})
-	if err != nil {
-		m.store.DeleteSandbox(context.Background(), id)
-		return err
-	}
-	if err := m.store.SetRuntimeState(ctx, id, inst.State); err == nil {
-		err = m.connect(cctx, id, inst, req, runtime.LimitHits{})
-		if err == nil {
-			m.pool.mu.Lock()
-			m.pool.ready = append(m.pool.ready, id)
-			m.pool.mu.Unlock()
-			return nil
-		}
-	}
-	rt.Delete(context.Background(), id, inst.State)
-	m.store.DeleteSandbox(context.Background(), id)
-	return fmt.Errorf("warm pool sandbox %s: %w", id, err)
+	m.pool.mu.Lock()
+	m.pool.ready = append(m.pool.ready, id)
+	m.pool.mu.Unlock()
+	return nil
 }
 
 // takePooled hands out a pooled sandbox for req, if req fits the pool.
 func (m *Manager) takePooled(req api.CreateSandboxRequest) (string, bool) {
 	// A disk limit is a file system made at create: pooled sandboxes have none.
-	if m.pool.size == 0 || req.Image != "host" || req.Runtime != m.cfg.DefaultRuntime || req.Limits.DiskBytes != 0 {
+	if m.pool.size == 0 || req.Image != m.pool.image || req.Runtime != m.pool.rt || req.Limits.DiskBytes != 0 {
 		return "", false
 	}
 	m.pool.mu.Lock()
@@ -135,8 +118,15 @@ func (m *Manager) takePooled(req api.CreateSandboxRequest) (string, bool) {
 func (m *Manager) claim(ctx context.Context, tenant, id string, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	unlock := m.ops.lock(id)
 	defer unlock()
-	rt := m.runtimes[req.Runtime]
-	if err := rt.(runtime.Updater).SetLimits(ctx, id, runtime.Limits(req.Limits)); err != nil {
+	t, err := m.tier(req.Runtime)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	upd, err := t.updater()
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := upd.SetLimits(ctx, id, runtime.Limits(req.Limits)); err != nil {
 		return api.Sandbox{}, err
 	}
 	m.mu.Lock()
@@ -145,7 +135,10 @@ func (m *Manager) claim(ctx context.Context, tenant, id string, req api.CreateSa
 	if ls == nil {
 		return api.Sandbox{}, fmt.Errorf("pooled sandbox %s is gone", id)
 	}
-	specJSON, _ := json.Marshal(req)
+	specJSON, err := json.Marshal(req)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
 	now := m.cfg.Now().UTC()
 	rec := store.Sandbox{ID: id, Tenant: tenant, State: api.StateRunning, Image: req.Image, Runtime: req.Runtime,
 		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now}
@@ -176,11 +169,16 @@ func (m *Manager) discard(ctx context.Context, id string) {
 	if err != nil || rec.State != statePooled {
 		return
 	}
-	if err := m.runtimes[rec.Runtime].Delete(ctx, id, rec.RuntimeState); err != nil {
+	t, err := m.tier(rec.Runtime)
+	if err != nil {
 		m.log.Error("warm pool: delete failed", "sandbox", id, "err", err)
 		return
 	}
-	m.store.DeleteSandbox(ctx, id)
+	if err := t.rt.Delete(ctx, id, rec.RuntimeState); err != nil {
+		m.log.Error("warm pool: delete failed", "sandbox", id, "err", err)
+		return
+	}
+	m.forget(id)
 }
 
 // drainPool deletes every pooled sandbox (at shutdown).

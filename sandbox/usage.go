@@ -29,7 +29,11 @@ func (m *Manager) Stats(ctx context.Context, tenant, id string) (api.Usage, erro
 	if rec.State != api.StateRunning {
 		return api.Usage{}, notRunning(rec.Status())
 	}
-	sp, ok := m.runtimes[rec.Runtime].(runtime.StatsProvider)
+	t, err := m.tier(rec.Runtime)
+	if err != nil {
+		return api.Usage{}, err
+	}
+	sp, ok := t.stats()
 	if !ok {
 		return api.Usage{}, errdefs.New(errdefs.NotImplemented, "runtime %q does not report usage", rec.Runtime)
 	}
@@ -54,7 +58,7 @@ type oomCounter struct {
 // access: it runs twice around every exec that ends by SIGKILL and once
 // before every exec).
 func (m *Manager) oomKills(ctx context.Context, ls *liveSandbox, id string) (int64, bool) {
-	sp, ok := m.runtimes[m.specOf(ls).Runtime].(runtime.StatsProvider)
+	sp, ok := ls.tier.stats()
 	if !ok {
 		return 0, false
 	}
@@ -132,7 +136,11 @@ func (m *Manager) WriteMetrics(ctx context.Context, w io.Writer) error {
 		if rec.State != api.StateRunning {
 			continue
 		}
-		sp, ok := m.runtimes[rec.Runtime].(runtime.StatsProvider)
+		t, ok := m.tiers[rec.Runtime]
+		if !ok {
+			continue
+		}
+		sp, ok := t.stats()
 		if !ok {
 			continue
 		}

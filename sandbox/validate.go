@@ -3,14 +3,12 @@ package sandbox
 import (
 	"path"
 	"regexp"
-	"runtime"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/labels"
+	"github.com/berthsh/berth/runtime"
 )
 
 // Bounds on requests. A limit outside them is refused with the range.
@@ -40,12 +38,13 @@ var (
 // normalize validates a create request and fills its defaults.
 func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequest, error) {
 	if req.Image == "" {
-		req.Image = "host"
+		req.Image = m.cfg.DefaultImage
 	}
 	if req.Runtime == "" {
 		req.Runtime = m.cfg.DefaultRuntime
 	}
-	if _, ok := m.runtimes[req.Runtime]; !ok {
+	t, ok := m.tiers[req.Runtime]
+	if !ok {
 		return req, errdefs.New(errdefs.InvalidArgument, "runtime: %q is not available (have %v)", req.Runtime, m.Runtimes())
 	}
 	if err := validateEnv("env", req.Env); err != nil {
@@ -86,29 +85,46 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 	if l.OpenFiles == 0 {
 		l.OpenFiles = d.OpenFiles
 	}
-	if err := validateLimits(*l, m.cfg.DiskCapacity); err != nil {
+	if err := validateLimits(*l, t.caps); err != nil {
 		return req, err
 	}
 	return req, nil
 }
 
-// validateLimits checks limits against what works and what the host has.
-func validateLimits(l api.Limits, diskCapacity int64) error {
-	ncpu := float64(runtime.NumCPU())
-	if l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01) || l.CPUs > ncpu {
-		return errdefs.New(errdefs.InvalidArgument, "limits.cpus: %g is outside 0.01..%g (0 = no limit)", l.CPUs, ncpu)
+// validateLimits checks limits against what works, what the runtime
+// enforces and what its host has.
+func validateLimits(l api.Limits, caps runtime.Capabilities) error {
+	h := caps.Host
+	if l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01) || (h.CPUs > 0 && l.CPUs > h.CPUs) {
+		return errdefs.New(errdefs.InvalidArgument, "limits.cpus: %g is outside 0.01..%g (0 = no limit)", l.CPUs, h.CPUs)
 	}
-	if total := hostMemory(); l.MemoryBytes < 0 || (l.MemoryBytes > 0 && l.MemoryBytes < minMemory) || (total > 0 && l.MemoryBytes > total) {
-		return errdefs.New(errdefs.InvalidArgument, "limits.memory_bytes: %d is outside %d..%d (0 = no limit)", l.MemoryBytes, minMemory, total)
+	if l.MemoryBytes < 0 || (l.MemoryBytes > 0 && l.MemoryBytes < minMemory) || (h.MemoryBytes > 0 && l.MemoryBytes > h.MemoryBytes) {
+		return errdefs.New(errdefs.InvalidArgument, "limits.memory_bytes: %d is outside %d..%d (0 = no limit)", l.MemoryBytes, minMemory, h.MemoryBytes)
 	}
 	if l.Pids < 0 || (l.Pids > 0 && l.Pids < minPids) || l.Pids > maxPids {
 		return errdefs.New(errdefs.InvalidArgument, "limits.pids: %d is outside %d..%d (0 = no limit)", l.Pids, minPids, maxPids)
 	}
-	if maxFiles := maxOpenFiles(); l.OpenFiles < 0 || (l.OpenFiles > 0 && l.OpenFiles < minOpenFiles) || l.OpenFiles > maxFiles {
-		return errdefs.New(errdefs.InvalidArgument, "limits.open_files: %d is outside %d..%d (0 = the daemon's own)", l.OpenFiles, minOpenFiles, maxFiles)
+	if l.OpenFiles < 0 || (l.OpenFiles > 0 && l.OpenFiles < minOpenFiles) || (h.OpenFiles > 0 && l.OpenFiles > h.OpenFiles) {
+		return errdefs.New(errdefs.InvalidArgument, "limits.open_files: %d is outside %d..%d (0 = the daemon's own)", l.OpenFiles, minOpenFiles, h.OpenFiles)
 	}
-	if l.DiskBytes < 0 || (l.DiskBytes > 0 && l.DiskBytes < minDisk) || (diskCapacity > 0 && l.DiskBytes > diskCapacity) {
-		return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: %d is outside %d..%d (0 = no limit)", l.DiskBytes, minDisk, diskCapacity)
+	if l.DiskBytes < 0 || (l.DiskBytes > 0 && l.DiskBytes < minDisk) || (h.DiskBytes > 0 && l.DiskBytes > h.DiskBytes) {
+		return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: %d is outside %d..%d (0 = no limit)", l.DiskBytes, minDisk, h.DiskBytes)
+	}
+	s := caps.Limits
+	for _, lim := range []struct {
+		name string
+		set  bool
+		ok   bool
+	}{
+		{"cpus", l.CPUs > 0, s.CPUs}, {"memory_bytes", l.MemoryBytes > 0, s.Memory}, {"pids", l.Pids > 0, s.Pids},
+		{"disk_bytes", l.DiskBytes > 0, s.Disk}, {"open_files", l.OpenFiles > 0, s.OpenFiles},
+	} {
+		if lim.set && !lim.ok {
+			if why := caps.Missing[lim.name]; why != "" {
+				return errdefs.New(errdefs.NotImplemented, "limits.%s: %s", lim.name, why)
+			}
+			return errdefs.New(errdefs.NotImplemented, "limits.%s: this runtime does not enforce it", lim.name)
+		}
 	}
 	return nil
 }
@@ -139,24 +155,6 @@ func (m *Manager) normalizeTimeouts(t *api.Timeouts) error {
 		}
 	}
 	return nil
-}
-
-// maxOpenFiles is the daemon's own hard RLIMIT_NOFILE: a sandbox's can be
-// set lower, never higher (that takes CAP_SYS_RESOURCE).
-func maxOpenFiles() int64 {
-	var l unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &l) != nil || l.Max > 1<<30 {
-		return 1 << 30
-	}
-	return int64(l.Max)
-}
-
-func hostMemory() int64 {
-	var si unix.Sysinfo_t
-	if unix.Sysinfo(&si) != nil {
-		return 0
-	}
-	return int64(si.Totalram) * int64(si.Unit)
 }
 
 func validateEnv(field string, env map[string]string) error {

@@ -47,6 +47,7 @@ func New(m *sandbox.Manager, log *slog.Logger) *Server {
 	s := &Server{m: m, log: log, mux: http.NewServeMux()}
 	s.handle("GET /healthz", s.health)
 	s.handle("GET /v1/version", s.version)
+	s.handle("GET /v1/runtimes", s.runtimes)
 	s.handle("POST /v1/sandboxes", s.createSandbox)
 	s.handle("GET /v1/sandboxes", s.listSandboxes)
 	s.handle("GET /v1/sandboxes/{id}", s.getSandbox)
@@ -170,6 +171,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, api.VersionResponse{Version: Version, API: api.Version, Runtimes: s.m.Runtimes()})
+}
+
+func (s *Server) runtimes(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, api.ListRuntimesResponse{Runtimes: s.m.RuntimeInfo()})
 }
 
 // tenant is the caller's tenant; authentication is not built yet, so every

@@ -4,10 +4,12 @@
 // everything the guest sends as untrusted input.
 //
 // Transport: HTTP/1.1 over a channel that code inside the sandbox cannot reach
-// (for the native runtime, a unix socket the guest binds at a host path outside
-// the sandbox's root before it pivots). Every request carries the per-sandbox
-// token as "Authorization: Bearer <token>". At attach the daemon sends a random
-// nonce to /hello and checks that the reply proves knowledge of the token.
+// (Bootstrap.Listen: for the native runtime, a unix socket the guest binds
+// before it pivots into the sandbox's root). Every request carries the
+// per-sandbox token as "Authorization: Bearer <token>". At attach the daemon
+// sends a random nonce to /hello and checks that the reply proves knowledge
+// of the token. A request may upgrade its connection to a full-duplex byte
+// stream (see Upgrade), on which terminals, port forwarding and relays are built.
 package guestapi
 
 import (
@@ -126,32 +128,3 @@ type Error struct {
 	Message string `json:"message"`
 	Reason  string `json:"reason,omitempty"`
 }
-
-// InitConfig is what the native runtime hands the guest on its config pipe
-// (file descriptor 3) before the guest builds the sandbox's root. Paths are host
-// paths, opened by the guest inside its new namespaces before it pivots (overlay
-// refuses layers whose mounts belong to another mount namespace).
-type InitConfig struct {
-	ID       string `json:"id"`
-	Hostname string `json:"hostname"`
-	Token    string `json:"token"`
-	// ImageDir is the read-only image directory (overlay lower layer).
-	ImageDir string `json:"image_dir"`
-	// UpperDir and WorkDir are the overlay upper and work directories.
-	UpperDir string `json:"upper_dir"`
-	WorkDir  string `json:"work_dir"`
-	// ControlDir is the host directory where the guest binds its control socket
-	// (named ControlSocketName) before it pivots; it is not reachable from inside.
-	ControlDir string `json:"control_dir"`
-	// ReadOnlyBinds are host directories bound read-only at the same path inside.
-	ReadOnlyBinds []string `json:"read_only_binds"`
-	// Seccomp installs berth's seccomp profile when true.
-	Seccomp bool `json:"seccomp"`
-}
-
-// ControlSocketName is the control socket's file name in the control directory.
-const ControlSocketName = "guest.sock"
-
-// Init status lines the guest writes on its status pipe (file descriptor 4):
-// StatusReady once it serves, or an Error JSON object if set-up failed.
-const StatusReady = "ready"

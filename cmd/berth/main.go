@@ -23,8 +23,8 @@ import (
 func main() {
 	// The guest is every sandbox's init: start it before building the CLI,
 	// since each millisecond here is a millisecond of every create.
-	if len(os.Args) == 2 && os.Args[1] == "guest" {
-		if err := runGuest(); err != nil {
+	if len(os.Args) >= 2 && os.Args[1] == "guest" {
+		if err := runGuest(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "berth guest:", err)
 			os.Exit(1)
 		}
@@ -92,12 +92,12 @@ func serveCommand() *cobra.Command {
 	return cmd
 }
 
-// runGuest runs `berth guest`, started by the daemon as a sandbox's init.
-func runGuest() error {
+// runGuest runs `berth guest`, started by a runtime as a sandbox's init.
+func runGuest(args []string) error {
 	level := slog.LevelInfo
 	if os.Getenv("BERTH_GUEST_DEBUG") != "" {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	return guest.Main(context.Background(), log)
+	return guest.Main(context.Background(), args, log)
 }

@@ -14,8 +14,7 @@ import (
 // sandbox's guest (no daemon, no public API): the floor under the API's
 // exec round trip.
 func BenchmarkGuestExecRoundTrip(b *testing.B) {
-	rt, state := newRuntime(b)
-	h := runtimetest.Harness{Runtime: rt, StateDir: state, Leaks: func(string) []string { return nil }}
+	h, _ := harness(b)
 	sb := runtimetest.Create(b, h, runtime.Spec{})
 	spec := guestapi.ProcessSpec{Args: []string{"/bin/true"}}
 	for range 10 {

@@ -35,6 +35,18 @@ func layerDirs(dir string) (upper, work string) {
 	return filepath.Join(dir, "upper"), filepath.Join(dir, "work")
 }
 
+// diskSupport says why this host cannot give sandboxes disks of their own,
+// or "" when it can: that takes mkfs.ext4 and loop devices.
+func diskSupport() string {
+	if _, err := os.Stat(tool("mkfs.ext4")); err != nil {
+		return "needs mkfs.ext4 (Debian package e2fsprogs) on the host"
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		return "needs loop devices (/dev/loop-control: " + err.Error() + ")"
+	}
+	return ""
+}
+
 // makeDisk creates and mounts a sandbox's disk of size bytes, its root
 // owned by owner (root inside the sandbox).
 func makeDisk(ctx context.Context, dir string, size int64, owner int) error {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -30,25 +31,18 @@ import (
 	"github.com/berthsh/berth/capability"
 	"github.com/berthsh/berth/cgroup"
 	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/internal/hostpath"
 	"github.com/berthsh/berth/runtime"
 )
 
 // Name is the runtime's registered name.
 const Name = "native"
 
-// Default user-namespace mapping: uid/gid 0..65535 inside a sandbox are
-// DefaultIDBase..DefaultIDBase+65535 outside. The base sits far above the
-// ranges that /etc/subuid hands to users, so sandboxes share no ids with
-// anything else on the host.
-const (
-	DefaultIDBase = 1_000_000_000
-	IDCount       = 65536
-)
+// controlSocket is the guest's control socket in a sandbox's ctl directory.
+const controlSocket = "guest.sock"
 
 // Options tune the native runtime beyond runtime.Config.
 type Options struct {
-	// IDBase is the first host uid/gid of the sandboxes' user namespace mapping.
-	IDBase uint32
 	// NoSeccomp disables the seccomp profile (debugging only).
 	NoSeccomp bool
 	// CgroupRoot names berth's group under each cgroup hierarchy.
@@ -61,14 +55,15 @@ type Runtime struct {
 	opts    Options
 	log     *slog.Logger
 	cgroups cgroup.Manager
-	image   hostImage
+	caps    runtime.Capabilities
 
 	groups sync.Map // sandbox id -> cgroup.Group of running sandboxes (a cache)
 	inits  sync.Map // sandbox id -> pid of its init (the guest), while running
 
-	ctx    context.Context // ends monitors at Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// closing is an eventfd that Close makes readable: it wakes the exit
+	// monitors of re-attached sandboxes, which block in poll.
+	closing int
+	wg      sync.WaitGroup
 }
 
 // group returns a sandbox's cgroup, from the cache when it is running.
@@ -96,16 +91,13 @@ func Factory(opts Options) runtime.Factory {
 	return func(cfg runtime.Config) (runtime.Runtime, error) { return New(cfg, opts) }
 }
 
-// New checks the host and prepares the host image.
+// New checks the host and prepares the runtime's state directory.
 func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("native runtime needs root (it creates namespaces and cgroups)")
 	}
 	if cfg.GuestBinary == "" {
 		return nil, errors.New("native runtime: no guest binary configured")
-	}
-	if opts.IDBase == 0 {
-		opts.IDBase = DefaultIDBase
 	}
 	if opts.CgroupRoot == "" {
 		opts.CgroupRoot = "berth"
@@ -127,22 +119,66 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("native runtime: state dir: %w", err)
 		}
 	}
-	if err := checkTraversable(cfg.StateDir); err != nil {
-		return nil, fmt.Errorf("native runtime: %w", err)
+	if err := hostpath.CheckSearchable(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("native runtime: state dir: %w", err)
 	}
 	guestBin, err := installGuest(cfg.GuestBinary, filepath.Join(cfg.StateDir, "bin"))
 	if err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
 	cfg.GuestBinary = guestBin
-	img, err := buildHostImage(filepath.Join(cfg.StateDir, "images"), opts.IDBase)
+	closing, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		return nil, fmt.Errorf("native runtime: host image: %w", err)
+		return nil, fmt.Errorf("native runtime: eventfd: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &Runtime{cfg: cfg, opts: opts, log: cfg.Log, cgroups: cg, image: img, ctx: ctx, cancel: cancel}
-	r.log.Info("native runtime ready", "cgroup_version", cg.Version(), "id_base", opts.IDBase, "image", img.dir)
+	r := &Runtime{cfg: cfg, opts: opts, log: cfg.Log, cgroups: cg, closing: closing}
+	r.caps = capabilities(cfg.StateDir)
+	r.log.Info("native runtime ready", "cgroup_version", cg.Version(), "cpus", r.caps.Host.CPUs,
+		"memory_bytes", r.caps.Host.MemoryBytes, "disk_bytes", r.caps.Host.DiskBytes, "missing", r.caps.Missing)
 	return r, nil
+}
+
+// capabilities reads what this host lets the runtime do and give.
+func capabilities(stateDir string) runtime.Capabilities {
+	c := runtime.Capabilities{
+		Limits:       runtime.LimitSupport{CPUs: true, Memory: true, Pids: true, Disk: true, OpenFiles: true},
+		NetworkModes: []string{runtime.NetworkNone},
+		StopStart:    true,
+		UpdateLimits: true,
+		GrowDisk:     true,
+		Stats:        true,
+		Missing:      map[string]string{},
+	}
+	var cpus unix.CPUSet
+	if unix.SchedGetaffinity(0, &cpus) == nil {
+		c.Host.CPUs = float64(cpus.Count())
+	}
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		c.Host.MemoryBytes = int64(si.Totalram) * int64(si.Unit)
+	}
+	// Writable layers live under the state dir, so its file system bounds a disk.
+	var st unix.Statfs_t
+	if unix.Statfs(stateDir, &st) == nil {
+		c.Host.DiskBytes = int64(st.Blocks) * st.Bsize
+	}
+	// A sandbox's RLIMIT_NOFILE can be set lower than the daemon's own hard
+	// limit, never higher (that takes CAP_SYS_RESOURCE).
+	var nofile unix.Rlimit
+	c.Host.OpenFiles = 1 << 30
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile) == nil && nofile.Max < 1<<30 {
+		c.Host.OpenFiles = int64(nofile.Max)
+	}
+	if why := diskSupport(); why != "" {
+		c.Limits.Disk, c.GrowDisk = false, false
+		c.Missing["disk_bytes"] = why
+	} else if ok, err := capability.Effective(unix.CAP_SYS_RESOURCE); err != nil || !ok {
+		// ext4 grows online only for CAP_SYS_RESOURCE (some hosts, like
+		// nested VMs, withhold it even from root).
+		c.GrowDisk = false
+		c.Missing["grow_disk"] = "growing a running sandbox's disk needs CAP_SYS_RESOURCE, which this daemon lacks"
+	}
+	return c
 }
 
 // installGuest copies the guest binary into the runtime's state dir, named by
@@ -184,34 +220,11 @@ func installGuest(src, dir string) (string, error) {
 	return dst, nil
 }
 
-// checkTraversable makes sure every parent of dir lets others search it: a
-// sandbox's init is an unprivileged host uid that opens its layers by path.
-func checkTraversable(dir string) error {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
-	for p := filepath.Dir(abs); ; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return err
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("state dir parent %s has mode %o: sandboxes need it searchable by others (chmod o+x)", p, fi.Mode().Perm())
-		}
-		if p == "/" {
-			return nil
-		}
-	}
-}
-
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return Name }
 
 // Capabilities implements runtime.Runtime.
-func (r *Runtime) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{Limits: true, StopStart: true}
-}
+func (r *Runtime) Capabilities() runtime.Capabilities { return r.caps }
 
 var (
 	_ runtime.Stopper       = (*Runtime)(nil)
@@ -335,17 +348,38 @@ func cgroupLimits(l runtime.Limits) cgroup.Limits {
 // Sandboxes keep running; the waits on sandboxes this daemon started end
 // with the sandbox or with the process.
 func (r *Runtime) Close() error {
-	r.cancel()
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	if _, err := unix.Write(r.closing, one[:]); err != nil {
+		return fmt.Errorf("native runtime: wake monitors: %w", err)
+	}
 	r.wg.Wait()
-	return nil
+	return unix.Close(r.closing)
 }
 
 func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.cfg.StateDir, "sandboxes", id) }
 
+// checkSpec refuses what this runtime cannot realize.
+func (r *Runtime) checkSpec(spec runtime.Spec) error {
+	if len(spec.Root.Layers) == 0 {
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: the spec has no root file system", spec.ID)
+	}
+	if spec.Users.Size == 0 {
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: the spec has no user mapping", spec.ID)
+	}
+	if spec.Network.Mode != runtime.NetworkNone {
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: network mode %q: the native runtime attaches only %q so far", spec.ID, spec.Network.Mode, runtime.NetworkNone)
+	}
+	if spec.Limits.DiskBytes > 0 && !r.caps.Limits.Disk {
+		return errdefs.New(errdefs.NotImplemented, "limits.disk_bytes: %s", r.caps.Missing["disk_bytes"])
+	}
+	return nil
+}
+
 // Create implements runtime.Runtime.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Instance, err error) {
-	if spec.Image != "" && spec.Image != "host" {
-		return nil, errdefs.New(errdefs.InvalidArgument, "image %q: the native runtime has only the \"host\" image so far", spec.Image)
+	if err := r.checkSpec(spec); err != nil {
+		return nil, err
 	}
 	dir := r.sandboxDir(spec.ID)
 	if err := os.Mkdir(dir, 0o710); err != nil {
@@ -356,16 +390,20 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 	}
 	defer func() {
 		if err != nil {
-			unmountDisk(dir)
-			os.RemoveAll(dir)
+			if uerr := unmountDisk(dir); uerr != nil {
+				r.log.Error("failed create: unmount disk", "sandbox", spec.ID, "err", uerr)
+			}
+			if rerr := os.RemoveAll(dir); rerr != nil {
+				r.log.Error("failed create: remove sandbox dir", "sandbox", spec.ID, "err", rerr)
+			}
 		}
 	}()
-	base := int(r.opts.IDBase)
-	if err := os.Chown(dir, 0, base); err != nil {
+	root := int(spec.Users.HostID)
+	if err := os.Chown(dir, 0, root); err != nil {
 		return nil, fmt.Errorf("chown sandbox dir: %w", err)
 	}
 	if spec.Limits.DiskBytes > 0 {
-		if err := makeDisk(ctx, dir, spec.Limits.DiskBytes, base); err != nil {
+		if err := makeDisk(ctx, dir, spec.Limits.DiskBytes, root); err != nil {
 			return nil, err
 		}
 	}
@@ -374,11 +412,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 		if err := os.Mkdir(p, mode); err != nil {
 			return nil, fmt.Errorf("make %s: %w", filepath.Base(p), err)
 		}
-		if err := os.Chown(p, base, base); err != nil {
+		if err := os.Chown(p, root, root); err != nil {
 			return nil, fmt.Errorf("chown %s: %w", filepath.Base(p), err)
 		}
 	}
-	if err := writeIdentity(upper, spec.ID, base); err != nil {
+	if err := writeIdentity(upper, spec.Hostname, root); err != nil {
 		return nil, err
 	}
 	return r.boot(ctx, spec)
@@ -387,6 +425,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 // Start implements runtime.Stopper: it boots a stopped sandbox again on its
 // kept writable layer.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instance, error) {
+	if err := r.checkSpec(spec); err != nil {
+		return nil, err
+	}
 	dir := r.sandboxDir(spec.ID)
 	if _, err := os.Stat(filepath.Join(dir, diskImage)); err == nil {
 		if err := mountDisk(dir); err != nil { // after a host reboot
@@ -398,7 +439,9 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 	}
 	// A cgroup left by an init that died on its own is cleared first.
 	if cg, err := r.cgroups.Load(spec.ID); err == nil {
-		cg.Kill()
+		if err := cg.Kill(); err != nil {
+			return nil, fmt.Errorf("clear stale cgroup: %w", err)
+		}
 		if err := cg.Remove(); err != nil {
 			return nil, fmt.Errorf("clear stale cgroup: %w", err)
 		}
@@ -427,7 +470,15 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
-	undo = append(undo, func() { cg.Kill(); cg.Remove(); r.groups.Delete(spec.ID) })
+	undo = append(undo, func() {
+		r.groups.Delete(spec.ID)
+		if err := cg.Kill(); err != nil {
+			r.log.Error("failed boot: kill cgroup", "sandbox", spec.ID, "err", err)
+		}
+		if err := cg.Remove(); err != nil {
+			r.log.Error("failed boot: remove cgroup", "sandbox", spec.ID, "err", err)
+		}
+	})
 	r.groups.Store(spec.ID, cg)
 	if err := cg.Set(cgroupLimits(spec.Limits)); err != nil {
 		return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
@@ -438,11 +489,11 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if err != nil {
 		return nil, err
 	}
-	cmd, cfgW, statusR, err := r.guestCommand(dir)
+	cmd, bootW, statusR, err := r.guestCommand(dir, spec.Users)
 	if err != nil {
 		return nil, err
 	}
-	defer cfgW.Close()
+	defer bootW.Close()
 	defer statusR.Close()
 	tPlace := time.Now()
 	err = cg.Start(cmd)
@@ -460,12 +511,6 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	pid := cmd.Process.Pid
 	r.inits.Store(spec.ID, pid)
 	undo = append(undo, func() { r.inits.Delete(spec.ID) })
-	// Before the guest reads its config, so nothing it starts escapes the limit.
-	if err := r.setOpenFiles(spec.ID, spec.Limits.OpenFiles); err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, err
-	}
 	exited := make(chan struct{})
 	// Owns the child: reaps it and reports its exit. It lives as long as the
 	// sandbox, which outlives the daemon: Close does not wait for it (when
@@ -478,23 +523,28 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 		cmd.Process.Kill()
 		<-exited
 	})
+	// Before the guest reads its bootstrap, so nothing it starts escapes the limit.
+	if err := r.setOpenFiles(spec.ID, spec.Limits.OpenFiles); err != nil {
+		return nil, err
+	}
 
 	upper, work := layerDirs(dir)
-	initCfg := guestapi.InitConfig{
-		ID:            spec.ID,
-		Hostname:      spec.ID,
-		Token:         token,
-		ImageDir:      r.image.dir,
-		UpperDir:      upper,
-		WorkDir:       work,
-		ControlDir:    filepath.Join(dir, "ctl"),
-		ReadOnlyBinds: r.image.binds,
-		Seccomp:       !r.opts.NoSeccomp,
+	mounts := make([]guestapi.Mount, len(spec.Mounts))
+	for i, m := range spec.Mounts {
+		mounts[i] = guestapi.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
 	}
-	if err := json.NewEncoder(cfgW).Encode(initCfg); err != nil {
-		return nil, fmt.Errorf("send init config: %w", err)
+	b := guestapi.Bootstrap{
+		ID:       spec.ID,
+		Hostname: spec.Hostname,
+		Token:    token,
+		Listen:   guestapi.ListenUnix + filepath.Join(dir, "ctl", controlSocket),
+		Root:     &guestapi.Root{Layers: spec.Root.Layers, Upper: upper, Work: work, Mounts: mounts},
+		Seccomp:  !r.opts.NoSeccomp,
 	}
-	cfgW.Close()
+	if err := json.NewEncoder(bootW).Encode(b); err != nil {
+		return nil, fmt.Errorf("send bootstrap: %w", err)
+	}
+	bootW.Close()
 	if err := waitReady(ctx, statusR, exited); err != nil {
 		return nil, fmt.Errorf("guest of %s did not start: %w (log: %s)", spec.ID, err, tailLog(filepath.Join(dir, "guest.log")))
 	}
@@ -504,7 +554,10 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if err != nil {
 		return nil, fmt.Errorf("read guest start time: %w", err)
 	}
-	st, _ := json.Marshal(persisted{Pid: pid, StartTime: start, Token: token})
+	st, err := json.Marshal(persisted{Pid: pid, StartTime: start, Token: token})
+	if err != nil {
+		return nil, err
+	}
 	return &runtime.Instance{State: st, Dial: r.dialer(spec.ID, pid), Token: token, Exited: exited}, nil
 }
 
@@ -531,9 +584,10 @@ func writeIdentity(upper, hostname string, owner int) error {
 	return nil
 }
 
-// guestCommand prepares `berth guest` in new namespaces with the config and
-// status pipes as fds 3 and 4 and its log as stdout and stderr.
-func (r *Runtime) guestCommand(dir string) (cmd *exec.Cmd, cfgW, statusR *os.File, err error) {
+// guestCommand prepares `berth guest` in new namespaces, booting from a pipe
+// (guestapi's BootPipe: the bootstrap and status pipes as fds 3 and 4), with
+// its log as stdout and stderr.
+func (r *Runtime) guestCommand(dir string, ids runtime.IDMap) (cmd *exec.Cmd, cfgW, statusR *os.File, err error) {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, nil, err
@@ -552,7 +606,6 @@ func (r *Runtime) guestCommand(dir string) (cmd *exec.Cmd, cfgW, statusR *os.Fil
 		statusW.Close()
 		return nil, nil, nil, err
 	}
-	base := r.opts.IDBase
 	cmd = &exec.Cmd{
 		Path:       r.cfg.GuestBinary,
 		Args:       []string{"berth-guest", "guest"},
@@ -564,8 +617,8 @@ func (r *Runtime) guestCommand(dir string) (cmd *exec.Cmd, cfgW, statusR *os.Fil
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: IDCount}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: IDCount}},
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.HostID), Size: int(ids.Size)}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.HostID), Size: int(ids.Size)}},
 			GidMappingsEnableSetgroups: true,
 			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
 			Setsid:                     true, // not in the daemon's session: survives it
@@ -621,7 +674,7 @@ func (r *Runtime) dialer(id string, pid int) func(ctx context.Context) (net.Conn
 		}
 		defer unix.Close(fd)
 		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, guestapi.ControlSocketName))
+		c, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, controlSocket))
 		if err != nil {
 			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
 		}
@@ -663,26 +716,30 @@ func (r *Runtime) Attach(ctx context.Context, id string, state json.RawMessage) 
 	if !alive(st.Pid, st.StartTime) {
 		return nil, errdefs.New(errdefs.Unavailable, "sandbox %s: its init (pid %d) is gone", id, st.Pid)
 	}
-	pidfd, err := unix.PidfdOpen(st.Pid, 0)
+	pidfd, err := openPidfd(st.Pid, st.StartTime)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: pidfd_open: %w", id, err)
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	// The start time is checked again now that the pidfd pins the process.
-	if !alive(st.Pid, st.StartTime) {
-		unix.Close(pidfd)
+	if pidfd < 0 {
 		return nil, errdefs.New(errdefs.Unavailable, "sandbox %s: its init (pid %d) is gone", id, st.Pid)
 	}
 	exited := make(chan struct{})
 	r.wg.Add(1)
-	go func() { // watches a process that is not our child; init reaps it
+	go func() { // watches a process that is not our child (init reaps it) until it exits or Close
 		defer r.wg.Done()
 		defer unix.Close(pidfd)
-		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-		for r.ctx.Err() == nil {
-			n, err := unix.Poll(fds, 250)
-			if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}, {Fd: int32(r.closing), Events: unix.POLLIN}}
+		for {
+			_, err := unix.Poll(fds, -1)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || fds[0].Revents != 0 {
 				close(exited)
 				return
+			}
+			if fds[1].Revents != 0 {
+				return // the runtime is closing; the sandbox runs on
 			}
 		}
 	}()
@@ -713,12 +770,10 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("sandbox %s: load cgroup: %w", id, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for st.Pid > 0 && alive(st.Pid, st.StartTime) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("sandbox %s: init %d did not exit after SIGKILL", id, st.Pid)
+	if st.Pid > 0 {
+		if err := waitExit(st.Pid, st.StartTime, 5*time.Second); err != nil {
+			return fmt.Errorf("sandbox %s: init %d: %w", id, st.Pid, err)
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
 	tWait := time.Now()
 	if cg != nil {
@@ -727,7 +782,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 		}
 	}
 	r.log.Debug("stop phases", "sandbox", id, "kill_wait", tWait.Sub(t0), "cgroup_remove", time.Since(tWait))
-	os.Remove(filepath.Join(r.sandboxDir(id), "ctl", guestapi.ControlSocketName))
+	os.Remove(filepath.Join(r.sandboxDir(id), "ctl", controlSocket))
 	return nil
 }
 
@@ -748,6 +803,55 @@ func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) 
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// openPidfd opens a pidfd of pid if it is still the process that started at
+// start; -1 if that process is gone (a pid reused since is not it).
+func openPidfd(pid int, start uint64) (int, error) {
+	if !alive(pid, start) {
+		return -1, nil
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("pidfd_open: %w", err)
+	}
+	// Checked again now that the pidfd pins the process.
+	if !alive(pid, start) {
+		unix.Close(fd)
+		return -1, nil
+	}
+	return fd, nil
+}
+
+// waitExit waits until the process that started at start is gone (it has
+// exited: a zombie counts as gone), at most timeout.
+func waitExit(pid int, start uint64, timeout time.Duration) error {
+	fd, err := openPidfd(pid, start)
+	if err != nil || fd < 0 {
+		return err
+	}
+	defer unix.Close(fd)
+	deadline := time.Now().Add(timeout)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("still running %s after SIGKILL", timeout)
+		}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("poll pidfd: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+	}
 }
 
 // alive reports whether pid is still the process that started at start

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/internal/testutil"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/runtime/native"
@@ -28,13 +29,28 @@ func newRuntime(t testing.TB) (*native.Runtime, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rt.Close() })
+	t.Cleanup(func() {
+		if err := rt.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
 	return rt, state
 }
 
-func harness(t *testing.T) (runtimetest.Harness, string) {
+// harness is the conformance harness over a new runtime, with the host
+// image (built in the test's own state dir) as the base spec's root.
+func harness(t testing.TB) (runtimetest.Harness, string) {
 	rt, state := newRuntime(t)
-	return runtimetest.Harness{Runtime: rt, StateDir: state, Leaks: func(id string) []string { return leaks(state, id) }}, state
+	images, err := image.New(filepath.Join(state, "images"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := images.Resolve(t.Context(), image.Host, runtime.DefaultIDMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := runtime.Spec{Root: img.Root, Mounts: img.Mounts, Users: runtime.DefaultIDMap, Network: runtime.Network{Mode: runtime.NetworkNone}}
+	return runtimetest.Harness{Runtime: rt, StateDir: state, Base: base, Leaks: func(id string) []string { return leaks(state, id) }}, state
 }
 
 // leaks lists every trace of sandbox id on the host.
@@ -73,8 +89,8 @@ func TestRootInsideIsNotRootOutside(t *testing.T) {
 	var st struct{ Pid int }
 	json.Unmarshal(sb.Inst.State, &st)
 	uid := hostUID(t, st.Pid)
-	if uid != fmt.Sprint(native.DefaultIDBase) {
-		t.Fatalf("the sandbox's root is host uid %s, want %d", uid, native.DefaultIDBase)
+	if uid != fmt.Sprint(runtime.DefaultIDMap.HostID) {
+		t.Fatalf("the sandbox's root is host uid %s, want %d", uid, runtime.DefaultIDMap.HostID)
 	}
 	if got := runtimetest.Sh(t, sb, "id -u"); got != "0" {
 		t.Fatalf("inside: uid %s", got)
@@ -86,7 +102,7 @@ func TestRootInsideIsNotRootOutside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fileUID(fi); got != native.DefaultIDBase {
+	if got := fileUID(fi); got != int(runtime.DefaultIDMap.HostID) {
 		t.Fatalf("file owner on the host: %d", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,9 @@ type Harness struct {
 	Runtime runtime.Runtime
 	// StateDir is the runtime's state directory.
 	StateDir string
+	// Base is a resolved spec without an id (root file system, mounts, user
+	// mapping, network), as the manager would hand the runtime.
+	Base runtime.Spec
 	// Leaks reports what a deleted (or never created) sandbox left behind on
 	// the host: processes, mounts, cgroups, files. Empty means clean.
 	Leaks func(id string) []string
@@ -56,6 +60,21 @@ func Run(t *testing.T, h Harness) {
 	}
 }
 
+// Spec completes spec from h.Base: a new id and host name unless it has
+// one, and Base's root, mounts, users and network unless it has a root.
+func (h Harness) Spec(t testing.TB, spec runtime.Spec) runtime.Spec {
+	if spec.ID == "" {
+		spec.ID = newID(t)
+	}
+	if spec.Hostname == "" {
+		spec.Hostname = spec.ID
+	}
+	if len(spec.Root.Layers) == 0 {
+		spec.Root, spec.Mounts, spec.Users, spec.Network = h.Base.Root, h.Base.Mounts, h.Base.Users, h.Base.Network
+	}
+	return spec
+}
+
 func testStopStart(t *testing.T, h Harness) {
 	st := h.Runtime.(runtime.Stopper)
 	sb := Create(t, h, runtime.Spec{})
@@ -71,7 +90,7 @@ func testStopStart(t *testing.T, h Harness) {
 	if err := st.Stop(t.Context(), sb.ID, sb.Inst.State); err != nil {
 		t.Fatalf("second stop: %v", err)
 	}
-	inst, err := st.Start(t.Context(), runtime.Spec{ID: sb.ID})
+	inst, err := st.Start(t.Context(), sb.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +108,7 @@ func testStopStart(t *testing.T, h Harness) {
 // Sandbox is a created sandbox with a connected guest.
 type Sandbox struct {
 	ID    string
+	Spec  runtime.Spec
 	Inst  *runtime.Instance
 	Guest *guestclient.Client
 }
@@ -97,15 +117,13 @@ type Sandbox struct {
 // for leaks) at the end of the test.
 func Create(t testing.TB, h Harness, spec runtime.Spec) *Sandbox {
 	t.Helper()
-	if spec.ID == "" {
-		spec.ID = newID(t)
-	}
+	spec = h.Spec(t, spec)
 	ctx := t.Context()
 	inst, err := h.Runtime.Create(ctx, spec)
 	if err != nil {
 		t.Fatalf("create %s: %v", spec.ID, err)
 	}
-	sb := &Sandbox{ID: spec.ID, Inst: inst, Guest: guestclient.New(spec.ID, inst.Token, inst.Dial)}
+	sb := &Sandbox{ID: spec.ID, Spec: spec, Inst: inst, Guest: guestclient.New(spec.ID, inst.Token, inst.Dial)}
 	t.Cleanup(func() {
 		sb.Guest.Close()
 		if err := h.Runtime.Delete(context.Background(), spec.ID, inst.State); err != nil {
@@ -303,20 +321,32 @@ func testIsolation(t *testing.T, h Harness) {
 	}
 }
 
+// testFailedCreate makes creates fail before and after the runtime has made
+// things (a spec without a root; a root layer that is not there, which only
+// the booting guest finds out) and checks that nothing is left.
 func testFailedCreate(t *testing.T, h Harness) {
-	id := newID(t)
-	_, err := h.Runtime.Create(t.Context(), runtime.Spec{ID: id, Image: "no-such-image"})
-	if err == nil {
-		t.Fatal("create with an unknown image succeeded")
+	noRoot := runtime.Spec{ID: newID(t), Users: h.Base.Users, Network: h.Base.Network}
+	noRoot.Hostname = noRoot.ID
+	if _, err := h.Runtime.Create(t.Context(), noRoot); err == nil {
+		t.Fatal("create without a root file system succeeded")
 	}
-	if leaks := h.Leaks(id); len(leaks) > 0 {
+	if leaks := h.Leaks(noRoot.ID); len(leaks) > 0 {
+		t.Fatalf("failed create left traces: %v", leaks)
+	}
+	missing := h.Spec(t, runtime.Spec{})
+	missing.Root.Layers = []string{filepath.Join(h.StateDir, "no-such-layer")}
+	if _, err := h.Runtime.Create(t.Context(), missing); err == nil {
+		t.Fatal("create on a missing root layer succeeded")
+	}
+	if leaks := h.Leaks(missing.ID); len(leaks) > 0 {
 		t.Fatalf("failed create left traces: %v", leaks)
 	}
 }
 
 func testDeleteTwice(t *testing.T, h Harness) {
-	id := newID(t)
-	inst, err := h.Runtime.Create(t.Context(), runtime.Spec{ID: id})
+	spec := h.Spec(t, runtime.Spec{})
+	id := spec.ID
+	inst, err := h.Runtime.Create(t.Context(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package native
+package image
 
 import (
 	"fmt"
@@ -7,17 +7,23 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/berthsh/berth/runtime"
 )
 
 // hostImageVersion changes whenever the image layout below changes, so that
 // a daemon rebuilds images made by an older one.
 const hostImageVersion = "1"
 
-// hostImage is the "host" image: a skeleton root with a curated /etc. The
-// host's system directories are bound read-only over it inside each sandbox.
+// Host is the name of the image that shows the host's own system: a
+// skeleton root with a curated /etc, and the host's system directories bound
+// read-only over it inside each sandbox.
+const Host = "host"
+
+// hostImage is the host image as built for one id mapping.
 type hostImage struct {
-	dir   string   // overlay lower layer
-	binds []string // host directories bound read-only at the same path
+	dir    string          // the skeleton: the one read-only layer
+	mounts []runtime.Mount // host directories bound read-only at the same path
 }
 
 // systemDirs are the host directories a sandbox sees. On a merged-/usr host
@@ -39,19 +45,15 @@ var etcAllowlist = []string{
 }
 
 // buildHostImage makes the image under imagesDir if it is missing or stale.
-// Files are owned by the sandbox's root (IDBase on the host) so that root
-// inside can change them through the writable layer.
-func buildHostImage(imagesDir string, idBase uint32) (hostImage, error) {
-	if err := os.MkdirAll(imagesDir, 0o711); err != nil {
-		return hostImage{}, err
-	}
-	os.Chmod(imagesDir, 0o711)
-	name := "host-v" + hostImageVersion + "-" + strconv.FormatUint(uint64(idBase), 10)
+// Files are owned by the sandbox's root (ids.HostID on the host) so that
+// root inside can change them through the writable layer.
+func buildHostImage(imagesDir string, ids runtime.IDMap) (hostImage, error) {
+	name := "host-v" + hostImageVersion + "-" + strconv.FormatUint(uint64(ids.HostID), 10)
 	dir := filepath.Join(imagesDir, name)
 	img := hostImage{dir: dir}
 	for _, d := range systemDirs {
 		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
-			img.binds = append(img.binds, d)
+			img.mounts = append(img.mounts, runtime.Mount{Source: d, Target: d, ReadOnly: true})
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".berth-image")); err == nil {
@@ -62,10 +64,12 @@ func buildHostImage(imagesDir string, idBase uint32) (hostImage, error) {
 		return hostImage{}, err
 	}
 	defer os.RemoveAll(tmp)
-	if err := populateHostImage(tmp, int(idBase)); err != nil {
+	if err := populateHostImage(tmp, int(ids.HostID)); err != nil {
 		return hostImage{}, err
 	}
-	os.RemoveAll(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		return hostImage{}, err
+	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return hostImage{}, err
 	}

@@ -1,0 +1,66 @@
+package guestapi
+
+// Bootstrap is everything the guest needs before it serves: who it is, the
+// token it proves, where it listens, the root to assemble and how far to
+// harden itself. It is the same for every runtime. How it reaches the guest
+// is the boot mode's business (BootPipe, BootFile); the guest core never
+// sees it.
+type Bootstrap struct {
+	ID       string `json:"id"`
+	Hostname string `json:"hostname"`
+	Token    string `json:"token"`
+	// Listen is where the guest serves this protocol: "unix:PATH", a path
+	// as the guest sees it when it boots. When the guest assembles Root it
+	// binds the socket first, so the path stays outside the sandbox's root
+	// and nothing inside can reach it.
+	Listen string `json:"listen"`
+	// Root is the root file system the guest assembles and pivots into. Nil
+	// means the guest's root is the sandbox's already (an OCI runtime or a
+	// VM's own disk prepared it): the guest only listens and hardens.
+	Root *Root `json:"root,omitempty"`
+	// Seccomp installs berth's seccomp profile on the guest, and with it on
+	// every process the guest starts.
+	Seccomp bool `json:"seccomp"`
+}
+
+// Root describes a root file system as directories the guest can see when it
+// boots: read-only layers under a writable one, and directories bound in.
+type Root struct {
+	// Layers are read-only directories, topmost first (overlayfs lowerdirs).
+	Layers []string `json:"layers"`
+	// Upper and Work are the writable layer and overlayfs's scratch
+	// directory, on the same file system.
+	Upper string `json:"upper"`
+	Work  string `json:"work"`
+	// Mounts are bound into the root after it is assembled, in order.
+	Mounts []Mount `json:"mounts,omitempty"`
+}
+
+// Mount binds a directory at Target inside the sandbox.
+type Mount struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// ListenUnix prefixes a unix socket address in Bootstrap.Listen.
+const ListenUnix = "unix:"
+
+// Boot modes: how a runtime starts `berth guest` and hands it a Bootstrap.
+//
+// BootPipe (`berth guest`, the native runtime): the Bootstrap arrives as JSON
+// on file descriptor PipeBootstrapFD, which is then closed; the guest answers
+// on PipeStatusFD with StatusReady once it serves, or with an Error as JSON
+// if it cannot. The runtime learns of a failure at once, with the reason.
+//
+// BootFile (`berth guest --bootstrap FILE`): the Bootstrap is the JSON in
+// FILE, which the guest removes once read. The guest is ready when it
+// accepts on Listen. This is the shape for runtimes that start the guest
+// through something else (runsc from an OCI bundle, a VM's init, a Pod),
+// where only files and sockets cross.
+const (
+	BootFlagFile    = "--bootstrap"
+	PipeBootstrapFD = 3
+	PipeStatusFD    = 4
+	StatusReady     = "ready"
+)

@@ -1,0 +1,54 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/capability"
+	"github.com/berthsh/berth/errdefs"
+)
+
+// TestRuntimesSayWhatTheyCan checks GET /v1/runtimes and `berth runtimes`
+// against the real daemon: native is the default, with every limit, the
+// host's ceilings, and — on a host without CAP_SYS_RESOURCE, like this
+// project's VM — grow_disk missing with the reason the refusal quotes.
+func TestRuntimesSayWhatTheyCan(t *testing.T) {
+	d := startDaemon(t, "")
+	list, err := d.client.Runtimes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Name != "native" || !list[0].Default || !list[0].Available || list[0].Capabilities == nil {
+		t.Fatalf("runtimes: %+v", list)
+	}
+	c := list[0].Capabilities
+	if strings.Join(c.Limits, ",") != "cpus,memory_bytes,pids,disk_bytes,open_files" ||
+		strings.Join(c.NetworkModes, ",") != "none" || !c.StopStart || !c.UpdateLimits || !c.Stats {
+		t.Fatalf("native capabilities: %+v", c)
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		t.Fatal(err)
+	}
+	if c.Max.MemoryBytes != int64(si.Totalram)*int64(si.Unit) || c.Max.CPUs < 1 || c.Max.DiskBytes <= 0 || c.Max.OpenFiles < 64 {
+		t.Fatalf("host ceilings: %+v", c.Max)
+	}
+	// The ceiling is what create checks against.
+	_, err = d.client.CreateSandbox(t.Context(), api.CreateSandboxRequest{Limits: api.Limits{CPUs: c.Max.CPUs + 1}})
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "limits.cpus") {
+		t.Fatalf("cpus above the host's: %v", err)
+	}
+	if canResize, _ := capability.Effective(unix.CAP_SYS_RESOURCE); canResize != c.GrowDisk {
+		t.Fatalf("grow_disk %v on a host where CAP_SYS_RESOURCE is %v", c.GrowDisk, canResize)
+	}
+	if !c.GrowDisk && !strings.Contains(c.Missing["grow_disk"], "CAP_SYS_RESOURCE") {
+		t.Fatalf("grow_disk missing without the reason: %+v", c.Missing)
+	}
+	out, errOut, code := d.cli("", "runtimes")
+	if code != 0 || !strings.HasPrefix(out, "NAME") || !strings.Contains(out, "native  yes      yes") {
+		t.Fatalf("berth runtimes: exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -1,0 +1,187 @@
+package guest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/capability"
+	"github.com/berthsh/berth/internal/fds"
+	"github.com/berthsh/berth/seccomp"
+)
+
+// maxBootstrap bounds a Bootstrap document.
+const maxBootstrap = 1 << 20
+
+// Main is `berth guest`, the sandbox's init: it boots in the mode args name
+// (guestapi.BootPipe with no arguments, guestapi.BootFile with
+// "--bootstrap FILE"), then runs the core. It returns only on failure.
+func Main(ctx context.Context, args []string, log *slog.Logger) error {
+	// Nothing the runtime handed us beyond stdio may reach the workload.
+	if err := fds.CloseOnExecFrom(3); err != nil {
+		return fmt.Errorf("mark descriptors close-on-exec: %w", err)
+	}
+	switch {
+	case len(args) == 0:
+		return bootPipe(ctx, log)
+	case len(args) == 2 && args[0] == guestapi.BootFlagFile:
+		return bootFile(ctx, args[1], log)
+	case len(args) == 1 && strings.HasPrefix(args[0], guestapi.BootFlagFile+"="):
+		return bootFile(ctx, strings.TrimPrefix(args[0], guestapi.BootFlagFile+"="), log)
+	}
+	return fmt.Errorf("usage: berth guest [%s FILE]", guestapi.BootFlagFile)
+}
+
+// bootPipe reads the Bootstrap from the pipe on PipeBootstrapFD and reports
+// readiness, or why it failed, on PipeStatusFD.
+func bootPipe(ctx context.Context, log *slog.Logger) error {
+	status := os.NewFile(guestapi.PipeStatusFD, "status")
+	in := os.NewFile(guestapi.PipeBootstrapFD, "bootstrap")
+	var b guestapi.Bootstrap
+	err := json.NewDecoder(io.LimitReader(in, maxBootstrap)).Decode(&b)
+	in.Close()
+	if err != nil {
+		return reportFailure(status, fmt.Errorf("read bootstrap: %w", err))
+	}
+	ln, err := prepare(b, log)
+	if err != nil {
+		return reportFailure(status, err)
+	}
+	if _, err := status.WriteString(guestapi.StatusReady + "\n"); err != nil {
+		return fmt.Errorf("report ready: %w", err)
+	}
+	status.Close()
+	return runCore(ctx, ln, b, log)
+}
+
+// bootFile reads the Bootstrap from a file and removes it: the token in it
+// is for the guest alone. Readiness is the listener accepting.
+func bootFile(ctx context.Context, path string, log *slog.Logger) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("read bootstrap: %w", err)
+	}
+	var b guestapi.Bootstrap
+	err = json.NewDecoder(io.LimitReader(f, maxBootstrap)).Decode(&b)
+	f.Close()
+	if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+		log.Warn("bootstrap file not removed", "path", path, "err", rmErr)
+	}
+	if err != nil {
+		return fmt.Errorf("read bootstrap %s: %w", path, err)
+	}
+	ln, err := prepare(b, log)
+	if err != nil {
+		return err
+	}
+	return runCore(ctx, ln, b, log)
+}
+
+func runCore(ctx context.Context, ln net.Listener, b guestapi.Bootstrap, log *slog.Logger) error {
+	log.Info("guest ready", "id", b.ID)
+	// Off the create's critical path; new threads inherit the seccomp filter
+	// and the reduced capabilities of the thread that clones them.
+	go reserveThreads(threadReserve)
+	return Run(ctx, ln, Config{Token: b.Token, Hostname: b.Hostname, FilesRoot: "/"}, log)
+}
+
+func reportFailure(status *os.File, err error) error {
+	b, _ := json.Marshal(guestapi.Error{Class: "internal", Message: err.Error()})
+	status.Write(append(b, '\n'))
+	status.Close()
+	return err
+}
+
+// prepare makes the sandbox the Bootstrap describes around the guest: the
+// control listener, the root file system (when asked), the hostname and
+// loopback, and finally the guest's own hardening. The guest expects its
+// own mount, UTS and network namespaces (the runtime made them).
+func prepare(b guestapi.Bootstrap, log *slog.Logger) (net.Listener, error) {
+	if b.Token == "" {
+		return nil, errors.New("bootstrap: no token")
+	}
+	t := time.Now()
+	lap := func(phase string) {
+		log.Debug("setup", "phase", phase, "took", time.Since(t))
+		t = time.Now()
+	}
+	// Bound before the pivot makes its path unreachable from inside.
+	ln, err := listen(b.Listen)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (net.Listener, error) {
+		ln.Close()
+		return nil, err
+	}
+	lap("listen")
+	if b.Root != nil {
+		if err := assembleRoot(*b.Root); err != nil {
+			return fail(err)
+		}
+		lap("root")
+	}
+	if b.Hostname != "" {
+		if err := unix.Sethostname([]byte(b.Hostname)); err != nil {
+			return fail(fmt.Errorf("sethostname: %w", err))
+		}
+	}
+	if err := loopbackUp(); err != nil {
+		return fail(err)
+	}
+	// The guest holds the control listener: nothing inside may read its memory
+	// or descriptors (ptrace and /proc/1/fd need it dumpable).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("set not dumpable: %w", err))
+	}
+	lap("identity")
+	if err := capability.Restrict(capability.Default()); err != nil {
+		return fail(fmt.Errorf("drop capabilities: %w", err))
+	}
+	if b.Seccomp {
+		prog, err := seccomp.Default().Assemble()
+		if err != nil {
+			return fail(fmt.Errorf("assemble seccomp profile: %w", err))
+		}
+		if err := seccomp.Install(prog); err != nil {
+			return fail(fmt.Errorf("install seccomp profile: %w", err))
+		}
+	}
+	lap("harden")
+	return ln, nil
+}
+
+// listen opens the control listener at addr ("unix:PATH"). The socket is
+// bound through a descriptor of its directory, so that a long path cannot
+// overflow sun_path, and a stale socket file is replaced.
+func listen(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, guestapi.ListenUnix)
+	if !ok || path == "" || !strings.HasPrefix(path, "/") {
+		return nil, fmt.Errorf("bootstrap: listen address %q: want %sABSOLUTE-PATH", addr, guestapi.ListenUnix)
+	}
+	dir, name := path[:strings.LastIndexByte(path, '/')+1], path[strings.LastIndexByte(path, '/')+1:]
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open control dir: %w", err)
+	}
+	defer unix.Close(fd)
+	sock := fmt.Sprintf("/proc/self/fd/%d/%s", fd, name)
+	os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("listen on control socket: %w", err)
+	}
+	// Go would unlink the path on Close; once pivoted it is not ours to unlink.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	return ln, nil
+}

@@ -1,0 +1,72 @@
+// Package image resolves an image reference into what a sandbox's root is
+// made of: read-only layers on the host, owned as the sandbox's user mapping
+// wants them, and directories to bind in. The manager puts the result into
+// the runtime.Spec; runtimes never resolve images themselves. Today there is
+// the "host" image; OCI images, the layer store and templates grow here.
+package image
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/internal/hostpath"
+	"github.com/berthsh/berth/runtime"
+)
+
+// Store holds the images of one daemon under its directory.
+type Store struct {
+	dir string
+	log *slog.Logger
+
+	mu    sync.Mutex
+	hosts map[runtime.IDMap]hostImage // the host image, built once per mapping
+}
+
+// New opens the store in dir, making it if needed. Sandboxes' inits open
+// layers by path as unprivileged host uids, so dir and its parents must be
+// searchable by others.
+func New(dir string, log *slog.Logger) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	if err := hostpath.CheckSearchable(dir); err != nil {
+		return nil, fmt.Errorf("image store %s: %w", dir, err)
+	}
+	return &Store{dir: dir, log: log, hosts: map[runtime.IDMap]hostImage{}}, nil
+}
+
+// Resolved is an image made ready for one sandbox's user mapping.
+type Resolved struct {
+	Root   runtime.RootFS
+	Mounts []runtime.Mount
+}
+
+// Resolve returns image ref prepared for sandboxes whose ids map as ids.
+// An unknown reference is invalid_argument naming it.
+func (s *Store) Resolve(ctx context.Context, ref string, ids runtime.IDMap) (Resolved, error) {
+	if ref != Host {
+		return Resolved{}, errdefs.New(errdefs.InvalidArgument, "image %q: the native runtime has only the \"host\" image so far", ref)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	img, ok := s.hosts[ids]
+	if !ok {
+		var err error
+		if img, err = buildHostImage(s.dir, ids); err != nil {
+			return Resolved{}, fmt.Errorf("host image: %w", err)
+		}
+		s.hosts[ids] = img
+		s.log.Info("host image ready", "dir", img.dir, "id_base", ids.HostID)
+	}
+	return Resolved{
+		Root:   runtime.RootFS{Image: ref, Layers: []string{img.dir}},
+		Mounts: append([]runtime.Mount(nil), img.mounts...),
+	}, nil
+}
