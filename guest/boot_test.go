@@ -20,6 +20,7 @@ import (
 	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/internal/testutil"
 	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/runtime/runtimetest"
 )
 
 // TestBootFromFileOnASocket boots `berth guest --bootstrap FILE` the way a
@@ -123,6 +124,14 @@ func TestBootFromFileOnASocket(t *testing.T) {
 			}
 			if !tc.assemble && !strings.HasSuffix(out, "ro\n") {
 				t.Errorf("prepared root: root inside wrote the host's /usr or /etc: %q", out)
+			}
+			conn, err := gc.Echo(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if err := runtimetest.EchoRoundTrip(conn, 8<<20); err != nil {
+				t.Errorf("two-way stream: %v", err)
 			}
 		})
 	}

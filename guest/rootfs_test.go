@@ -18,10 +18,10 @@ func TestMountPointStaysInRoot(t *testing.T) {
 	outside := t.TempDir()
 	root := t.TempDir()
 	for name, target := range map[string]string{
-		"usr": outside,                          // absolute: the host's view
+		"usr": outside,                           // absolute: the host's view
 		"lib": "../../../../../../../" + outside, // up and out
-		"opt": "/proc/self/root" + outside,      // a magic link
-		"bin": "/usr2",                          // inside
+		"opt": "/proc/self/root" + outside,       // a magic link
+		"bin": "/usr2",                           // inside
 	} {
 		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
 			t.Fatal(err)

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"bufio"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -45,6 +46,7 @@ func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table,
 	route("GET "+guestapi.PathProcesses+"/{pid}/output", s.output)
 	route("POST "+guestapi.PathProcesses+"/{pid}/wait", s.wait)
 	route("POST "+guestapi.PathProcesses+"/{pid}/signal", s.signal)
+	route("GET "+guestapi.PathEcho, s.echo)
 	routeFiles(route, fs)
 	route("/", s.noRoute)
 	srv := &http.Server{
@@ -65,14 +67,16 @@ func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table,
 		srv.Close() // streams still open: cut them
 	}
 	<-served // http.ErrServerClosed
+	s.streams.closeAll()
 	return nil
 }
 
 type server struct {
-	auth  []byte
-	token string
-	table *proc.Table
-	log   *slog.Logger
+	auth    []byte
+	token   string
+	table   *proc.Table
+	log     *slog.Logger
+	streams streams // two-way streams, which net/http no longer tracks
 }
 
 // handler serves one route; a returned error becomes the response, unless
@@ -91,6 +95,13 @@ func (t *tracker) Write(b []byte) (int, error) {
 	return t.ResponseWriter.Write(b)
 }
 func (t *tracker) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// Hijack takes the connection over for a two-way stream; from then on no
+// error response can be written.
+func (t *tracker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	t.begun = true
+	return http.NewResponseController(t.ResponseWriter).Hijack()
+}
 
 func (s *server) wrap(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -154,7 +165,7 @@ func (s *server) hello(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, guestapi.HelloResponse{
 		Protocol:    guestapi.Protocol,
 		MinProtocol: guestapi.MinProtocol,
-		Features:    []string{"exec", "processes", "files"},
+		Features:    []string{"exec", "processes", "files", guestapi.FeatureStream},
 		Proof:       guestapi.Proof(s.token, nonce),
 	})
 }

@@ -35,6 +35,7 @@ const socketBuffer = 4 << 20
 type Client struct {
 	id    string
 	token string
+	dial  func(ctx context.Context) (net.Conn, error)
 	http  *http.Client
 }
 
@@ -55,7 +56,7 @@ func New(id, token string, dial func(ctx context.Context) (net.Conn, error)) *Cl
 		ReadBufferSize:        64 << 10,
 		ResponseHeaderTimeout: 0,
 	}
-	return &Client{id: id, token: token, http: &http.Client{Transport: tr}}
+	return &Client{id: id, token: token, dial: dial, http: &http.Client{Transport: tr}}
 }
 
 // Close drops idle connections.

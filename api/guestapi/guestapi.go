@@ -39,6 +39,23 @@ const (
 	HeaderNonce = "Berth-Nonce"
 )
 
+// Upgrade turns a request's connection into a full-duplex byte stream, the
+// one primitive beyond request and response: terminals, port forwarding,
+// interactive stdin and relays are built on it. The request carries
+// "Connection: Upgrade" and "Upgrade: UpgradeProtocol"; the guest answers
+// "101 Switching Protocols" with the same Upgrade header, and from then on
+// the connection carries the stream's bytes both ways. Either side may
+// close its write half and go on reading (half-close); a refusal is an
+// ordinary error response. The guest announces FeatureStream in hello.
+const (
+	UpgradeProtocol = "berth-stream/1"
+	FeatureStream   = "stream"
+	// PathEcho upgrades to a stream that sends every byte back and closes
+	// its write half once the client has closed its own: the primitive's
+	// own check, used by the conformance suite.
+	PathEcho = "/guest/v1/echo"
+)
+
 // HelloResponse answers PathHello.
 type HelloResponse struct {
 	Protocol    int      `json:"protocol"`

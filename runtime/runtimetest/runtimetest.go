@@ -55,6 +55,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, h) })
 	t.Run("FailedCreateLeavesNothing", func(t *testing.T) { testFailedCreate(t, h) })
 	t.Run("DeleteIsIdempotent", func(t *testing.T) { testDeleteTwice(t, h) })
+	t.Run("TwoWayStream", func(t *testing.T) { testStream(t, h) })
 	if _, ok := h.Runtime.(runtime.Stopper); ok && h.Runtime.Capabilities().StopStart {
 		t.Run("StopStartKeepsFiles", func(t *testing.T) { testStopStart(t, h) })
 	}
@@ -341,6 +342,73 @@ func testFailedCreate(t *testing.T, h Harness) {
 	if leaks := h.Leaks(missing.ID); len(leaks) > 0 {
 		t.Fatalf("failed create left traces: %v", leaks)
 	}
+}
+
+// testStream copies 64 MiB both ways through the guest's echo stream and
+// half-closes it.
+func testStream(t *testing.T, h Harness) {
+	sb := Create(t, h, runtime.Spec{})
+	conn, err := sb.Guest.Echo(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := EchoRoundTrip(conn, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// halfCloser is a stream whose write half closes on its own.
+type halfCloser interface {
+	io.ReadWriter
+	CloseWrite() error
+}
+
+// EchoRoundTrip writes n bytes of a pattern into an echo stream while it
+// reads them back, half-closes after the last byte, and checks that exactly
+// those bytes come back, then EOF: what a two-way stream must do.
+func EchoRoundTrip(conn halfCloser, n int64) error {
+	block := make([]byte, 1<<20)
+	for i := range block {
+		block[i] = byte(i*7 + i>>11)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		var err error
+		for left := n; left > 0 && err == nil; {
+			chunk := block[:min(left, int64(len(block)))]
+			_, err = conn.Write(chunk)
+			left -= int64(len(chunk))
+		}
+		if err == nil {
+			err = conn.CloseWrite()
+		}
+		wrote <- err
+	}()
+	buf := make([]byte, 256<<10)
+	var got int64
+	for {
+		k, err := conn.Read(buf)
+		for i := range k {
+			if buf[i] != block[(got+int64(i))%int64(len(block))] {
+				return fmt.Errorf("byte %d came back as %d, want %d", got+int64(i), buf[i], block[(got+int64(i))%int64(len(block))])
+			}
+		}
+		got += int64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read after %d bytes: %w", got, err)
+		}
+	}
+	if err := <-wrote; err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	if got != n {
+		return fmt.Errorf("%d bytes came back, want %d", got, n)
+	}
+	return nil
 }
 
 func testDeleteTwice(t *testing.T, h Harness) {
