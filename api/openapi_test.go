@@ -43,7 +43,7 @@ var schemaTypes = map[string]reflect.Type{
 	"Runtime":               reflect.TypeFor[Runtime](),
 	"RuntimeCapabilities":   reflect.TypeFor[RuntimeCapabilities](),
 	"ListRuntimesResponse":  reflect.TypeFor[ListRuntimesResponse](),
-	// The file API's types are the guest protocol's (api/files.go aliases them).
+	// The file API's types (files.go).
 	"FileInfo":        reflect.TypeFor[FileInfo](),
 	"StatRequest":     reflect.TypeFor[StatRequest](),
 	"ExistsResult":    reflect.TypeFor[ExistsResult](),
@@ -134,7 +134,7 @@ var enumConsts = []struct{ schema, property, member string }{
 }
 
 // typeFiles are the files that declare the API's wire types.
-var typeFiles = []string{"types.go", "guestapi/files.go"}
+var typeFiles = []string{"types.go", "files.go"}
 
 // declaredStructs returns the exported struct types of typeFiles.
 func declaredStructs(t *testing.T) map[string]*ast.TypeSpec {

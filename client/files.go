@@ -12,7 +12,6 @@ import (
 	"strconv"
 
 	"github.com/berthsh/berth/api"
-	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
 )
 
@@ -145,90 +144,90 @@ func (c *Client) fs(ctx context.Context, id, op string, in, out any) error {
 // Stat describes a path.
 func (c *Client) Stat(ctx context.Context, id string, req api.StatRequest) (api.FileInfo, error) {
 	var out api.FileInfo
-	return out, c.fs(ctx, id, guestapi.OpStat, req, &out)
+	return out, c.fs(ctx, id, api.OpStat, req, &out)
 }
 
 // Exists says whether a path exists.
 func (c *Client) Exists(ctx context.Context, id string, req api.StatRequest) (api.ExistsResult, error) {
 	var out api.ExistsResult
-	return out, c.fs(ctx, id, guestapi.OpExists, req, &out)
+	return out, c.fs(ctx, id, api.OpExists, req, &out)
 }
 
 // List lists a directory.
 func (c *Client) List(ctx context.Context, id string, req api.ListRequest) (api.ListResult, error) {
 	var out api.ListResult
-	return out, c.fs(ctx, id, guestapi.OpList, req, &out)
+	return out, c.fs(ctx, id, api.OpList, req, &out)
 }
 
 // Mkdir makes a directory.
 func (c *Client) Mkdir(ctx context.Context, id string, req api.MkdirRequest) (api.FileInfo, error) {
 	var out api.FileInfo
-	return out, c.fs(ctx, id, guestapi.OpMkdir, req, &out)
+	return out, c.fs(ctx, id, api.OpMkdir, req, &out)
 }
 
 // Move renames a path.
 func (c *Client) Move(ctx context.Context, id string, req api.MoveRequest) (api.FileInfo, error) {
 	var out api.FileInfo
-	return out, c.fs(ctx, id, guestapi.OpMove, req, &out)
+	return out, c.fs(ctx, id, api.OpMove, req, &out)
 }
 
 // Remove removes a path.
 func (c *Client) Remove(ctx context.Context, id string, req api.RemoveRequest) error {
-	return c.fs(ctx, id, guestapi.OpRemove, req, nil)
+	return c.fs(ctx, id, api.OpRemove, req, nil)
 }
 
 // Chmod sets permission bits.
 func (c *Client) Chmod(ctx context.Context, id string, req api.ChmodRequest) (api.FileInfo, error) {
 	var out api.FileInfo
-	return out, c.fs(ctx, id, guestapi.OpChmod, req, &out)
+	return out, c.fs(ctx, id, api.OpChmod, req, &out)
 }
 
 // Chown sets the owner.
 func (c *Client) Chown(ctx context.Context, id string, req api.ChownRequest) (api.FileInfo, error) {
 	var out api.FileInfo
-	return out, c.fs(ctx, id, guestapi.OpChown, req, &out)
+	return out, c.fs(ctx, id, api.OpChown, req, &out)
 }
 
 // Read reads a page of a text file's lines.
 func (c *Client) Read(ctx context.Context, id string, req api.ReadRequest) (api.ReadResult, error) {
 	var out api.ReadResult
-	return out, c.fs(ctx, id, guestapi.OpRead, req, &out)
+	return out, c.fs(ctx, id, api.OpRead, req, &out)
 }
 
 // Write writes a text file.
 func (c *Client) Write(ctx context.Context, id string, req api.WriteRequest) (api.FileInfo, error) {
 	var out api.FileInfo
-	return out, c.fs(ctx, id, guestapi.OpWrite, req, &out)
+	return out, c.fs(ctx, id, api.OpWrite, req, &out)
 }
 
 // Edit replaces a string in a file.
 func (c *Client) Edit(ctx context.Context, id string, req api.EditRequest) (api.EditResult, error) {
 	var out api.EditResult
-	return out, c.fs(ctx, id, guestapi.OpEdit, req, &out)
+	return out, c.fs(ctx, id, api.OpEdit, req, &out)
 }
 
 // Glob finds paths by pattern.
 func (c *Client) Glob(ctx context.Context, id string, req api.GlobRequest) (api.GlobResult, error) {
 	var out api.GlobResult
-	return out, c.fs(ctx, id, guestapi.OpGlob, req, &out)
+	return out, c.fs(ctx, id, api.OpGlob, req, &out)
 }
 
 // Grep searches text files.
 func (c *Client) Grep(ctx context.Context, id string, req api.GrepRequest) (api.GrepResult, error) {
 	var out api.GrepResult
-	return out, c.fs(ctx, id, guestapi.OpGrep, req, &out)
+	return out, c.fs(ctx, id, api.OpGrep, req, &out)
 }
 
 // UploadFiles writes many files; each has its own result.
 func (c *Client) UploadFiles(ctx context.Context, id string, req api.UploadRequest) (api.UploadResult, error) {
 	var out api.UploadResult
-	return out, c.fs(ctx, id, guestapi.OpUpload, req, &out)
+	return out, c.fs(ctx, id, api.OpUpload, req, &out)
 }
 
 // DownloadFiles reads many files; each has its own result.
 func (c *Client) DownloadFiles(ctx context.Context, id string, req api.DownloadRequest) (api.DownloadResult, error) {
 	var out api.DownloadResult
-	return out, c.fs(ctx, id, guestapi.OpDownload, req, &out)
+	return out, c.fs(ctx, id, api.OpDownload, req, &out)
 }
 
 // Watcher reads a watch's events.

@@ -14,6 +14,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/runtime"
@@ -132,7 +136,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err := m.Start(ctx); err != nil {
 		return nil, err
 	}
-	d.Server = server.New(m, log)
+	// Metrics: the manager's sandboxes and the daemon process's own.
+	metricsReg := prometheus.NewRegistry()
+	metricsReg.MustRegister(m.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)})
+	d.Server = server.New(server.Config{Log: log}, server.API(m, metrics))
 	return d, nil
 }
 

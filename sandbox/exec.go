@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,43 +15,6 @@ import (
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/guestclient"
 )
-
-// processSpec merges a sandbox's defaults into an exec request.
-func processSpec(sb api.CreateSandboxRequest, req api.ExecRequest) guestapi.ProcessSpec {
-	args := req.Cmd
-	if req.Shell != "" {
-		args = []string{"/bin/sh", "-c", req.Shell}
-	}
-	env := map[string]string{}
-	for k, v := range sb.Env {
-		env[k] = v
-	}
-	for k, v := range req.Env {
-		env[k] = v
-	}
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	list := make([]string, 0, len(keys))
-	for _, k := range keys {
-		list = append(list, k+"="+env[k])
-	}
-	cwd, user := req.Cwd, req.User
-	if cwd == "" {
-		cwd = sb.Workdir
-	}
-	if user == "" {
-		user = sb.User
-	}
-	out := req.MaxOutputBytes
-	if out == 0 {
-		out = defaultOutput
-	}
-	return guestapi.ProcessSpec{Args: args, Env: list, Cwd: cwd, User: user, Stdin: req.Stdin,
-		TimeoutMs: req.TimeoutMs, MaxOutputBytes: out}
-}
 
 // Exec runs a process and waits for its result.
 func (m *Manager) Exec(ctx context.Context, tenant, id string, req api.ExecRequest) (api.ExecResult, error) {
@@ -74,13 +36,6 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, req api.ExecReque
 	}
 	res.Stdout, res.Stderr = nonNil(stdout), nonNil(stderr)
 	return res, nil
-}
-
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
 }
 
 // ExecStream runs a process and hands each event to emit: start, output
@@ -176,24 +131,6 @@ func relay(id string, ev guestapi.Event, limit int64, sent *[2]int64) (api.ExecE
 	default:
 		return api.ExecEvent{}, guestclient.EventError(id, ev)
 	}
-}
-
-func resultToAPI(r guestapi.Result) api.ExecResult {
-	return api.ExecResult{
-		Pid: r.Pid, ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut,
-		Stdout: nonNil(r.Stdout), Stderr: nonNil(r.Stderr),
-		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
-		DurationMs: r.DurationMs, Error: r.StartError,
-	}
-}
-
-func processToAPI(p guestapi.ProcessInfo) api.Process {
-	out := api.Process{Pid: p.Pid, Cmd: p.Args, Running: p.Running, StartedAt: time.UnixMilli(p.StartedUnixMs).UTC()}
-	if p.Result != nil {
-		r := resultToAPI(*p.Result)
-		out.Result = &r
-	}
-	return out
 }
 
 // StartProcess starts a background process.

@@ -2,52 +2,87 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"io"
-	"slices"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/guestclient"
 )
 
-// fsOps are the file operations the API passes to the guest.
-var fsOps = []string{
-	guestapi.OpStat, guestapi.OpExists, guestapi.OpList, guestapi.OpMkdir, guestapi.OpMove,
-	guestapi.OpRemove, guestapi.OpChmod, guestapi.OpChown, guestapi.OpRead, guestapi.OpWrite,
-	guestapi.OpEdit, guestapi.OpGlob, guestapi.OpGrep, guestapi.OpUpload, guestapi.OpDownload,
+// fsOp runs one file operation on a guest: it converts the API request,
+// fills in the acting user and working directory, asks the guest and
+// converts the answer (nil for an operation that answers nothing).
+type fsOp func(ctx context.Context, gc *guestclient.Client, req any, user, cwd string) (any, error)
+
+// fsCall makes op's fsOp from its two conversions (wire.go).
+func fsCall[AReq, GReq, GRes, ARes any, PG interface {
+	*GReq
+	Defaults(user, cwd string)
+}](op string, in func(AReq) GReq, out func(GRes) ARes) fsOp {
+	return func(ctx context.Context, gc *guestclient.Client, req any, user, cwd string) (any, error) {
+		r, ok := req.(AReq)
+		if !ok {
+			return nil, fmt.Errorf("file operation %s: a %T is not its request", op, req)
+		}
+		g := in(r)
+		PG(&g).Defaults(user, cwd)
+		var res GRes
+		if err := gc.FS(ctx, op, g, &res); err != nil {
+			return nil, err
+		}
+		return out(res), nil
+	}
 }
 
-// defaulter is every file request: it embeds guestapi.Where.
-type defaulter interface{ Defaults(user, cwd string) }
+// fsOps are the file operations the API passes to the guest, by name.
+var fsOps = map[string]fsOp{
+	api.OpStat:     fsCall(guestapi.OpStat, statToGuest, fileInfoToAPI),
+	api.OpExists:   fsCall(guestapi.OpExists, statToGuest, existsToAPI),
+	api.OpList:     fsCall(guestapi.OpList, listToGuest, listResultToAPI),
+	api.OpMkdir:    fsCall(guestapi.OpMkdir, mkdirToGuest, fileInfoToAPI),
+	api.OpMove:     fsCall(guestapi.OpMove, moveToGuest, fileInfoToAPI),
+	api.OpRemove:   fsCall(guestapi.OpRemove, removeToGuest, func(struct{}) any { return nil }),
+	api.OpChmod:    fsCall(guestapi.OpChmod, chmodToGuest, fileInfoToAPI),
+	api.OpChown:    fsCall(guestapi.OpChown, chownToGuest, fileInfoToAPI),
+	api.OpRead:     fsCall(guestapi.OpRead, readToGuest, readResultToAPI),
+	api.OpWrite:    fsCall(guestapi.OpWrite, writeToGuest, fileInfoToAPI),
+	api.OpEdit:     fsCall(guestapi.OpEdit, editToGuest, editResultToAPI),
+	api.OpGlob:     fsCall(guestapi.OpGlob, globToGuest, globResultToAPI),
+	api.OpGrep:     fsCall(guestapi.OpGrep, grepToGuest, grepResultToAPI),
+	api.OpUpload:   fsCall(guestapi.OpUpload, uploadToGuest, uploadResultToAPI),
+	api.OpDownload: fsCall(guestapi.OpDownload, downloadToGuest, downloadResultToAPI),
+}
 
 // where is the acting user and working directory of a file request: what
 // the request names, else the sandbox's defaults.
-func (m *Manager) where(ls *liveSandbox, w guestapi.Where) guestapi.Where {
+func (m *Manager) where(ls *liveSandbox, w api.Where) guestapi.Where {
 	spec := m.specOf(ls)
 	w.Defaults(spec.User, spec.Workdir)
-	return w
+	return whereToGuest(w)
 }
 
-// FS runs a file operation in a running sandbox: req is the op's request
-// (with the sandbox's user and working directory filled in), out receives
-// the guest's result.
-func (m *Manager) FS(ctx context.Context, tenant, id, op string, req defaulter, out any) error {
-	if !slices.Contains(fsOps, op) {
-		return errdefs.New(errdefs.NotFound, "file operation %q: no such operation", op)
+// FS runs file operation op (api.Op*) in a running sandbox: req is the op's
+// request, a value of its api type; the result is the op's api result, or
+// nil for an operation that has none (remove).
+func (m *Manager) FS(ctx context.Context, tenant, id, op string, req any) (any, error) {
+	call, ok := fsOps[op]
+	if !ok {
+		return nil, errdefs.New(errdefs.NotFound, "file operation %q: no such operation", op)
 	}
 	ls, err := m.guest(ctx, tenant, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	spec := m.specOf(ls)
-	req.Defaults(spec.User, spec.Workdir)
 	defer m.streaming(ls)()
-	return ls.guest.FS(ctx, op, req, out)
+	return call(ctx, ls.guest, req, spec.User, spec.Workdir)
 }
 
 // Download streams a file out of a sandbox to w; size is announced first
 // through setSize (-1 if the guest gave none).
-func (m *Manager) Download(ctx context.Context, tenant, id string, where guestapi.Where, path string, setSize func(int64)) (io.ReadCloser, error) {
+func (m *Manager) Download(ctx context.Context, tenant, id string, where api.Where, path string, setSize func(int64)) (io.ReadCloser, error) {
 	ls, err := m.guest(ctx, tenant, id)
 	if err != nil {
 		return nil, err
@@ -63,17 +98,18 @@ func (m *Manager) Download(ctx context.Context, tenant, id string, where guestap
 }
 
 // Upload streams body (size bytes, -1 if unknown) into a file of a sandbox.
-func (m *Manager) Upload(ctx context.Context, tenant, id string, where guestapi.Where, path string, mode *uint32, createOnly bool, body io.Reader, size int64) (api.FileInfo, error) {
+func (m *Manager) Upload(ctx context.Context, tenant, id string, where api.Where, path string, mode *uint32, createOnly bool, body io.Reader, size int64) (api.FileInfo, error) {
 	ls, err := m.guest(ctx, tenant, id)
 	if err != nil {
 		return api.FileInfo{}, err
 	}
 	defer m.streaming(ls)()
-	return ls.guest.Upload(ctx, m.where(ls, where), path, mode, createOnly, body, size)
+	fi, err := ls.guest.Upload(ctx, m.where(ls, where), path, mode, createOnly, body, size)
+	return fileInfoToAPI(fi), err
 }
 
 // Archive streams a tar of a path out of a sandbox.
-func (m *Manager) Archive(ctx context.Context, tenant, id string, where guestapi.Where, path string) (io.ReadCloser, error) {
+func (m *Manager) Archive(ctx context.Context, tenant, id string, where api.Where, path string) (io.ReadCloser, error) {
 	ls, err := m.guest(ctx, tenant, id)
 	if err != nil {
 		return nil, err
@@ -88,18 +124,19 @@ func (m *Manager) Archive(ctx context.Context, tenant, id string, where guestapi
 }
 
 // Extract unpacks a tar stream into a directory of a sandbox.
-func (m *Manager) Extract(ctx context.Context, tenant, id string, where guestapi.Where, path string, body io.Reader, size int64) (api.ArchiveResult, error) {
+func (m *Manager) Extract(ctx context.Context, tenant, id string, where api.Where, path string, body io.Reader, size int64) (api.ArchiveResult, error) {
 	ls, err := m.guest(ctx, tenant, id)
 	if err != nil {
 		return api.ArchiveResult{}, err
 	}
 	defer m.streaming(ls)()
-	return ls.guest.Extract(ctx, m.where(ls, where), path, body, size)
+	res, err := ls.guest.Extract(ctx, m.where(ls, where), path, body, size)
+	return archiveResultToAPI(res), err
 }
 
 // Watch relays changes under a directory of a sandbox to emit until ctx
 // ends or the directory goes; ready is called once the watch is on.
-func (m *Manager) Watch(ctx context.Context, tenant, id string, where guestapi.Where, path string, recursive bool, ready func() error, emit func(api.WatchEvent) error) error {
+func (m *Manager) Watch(ctx context.Context, tenant, id string, where api.Where, path string, recursive bool, ready func() error, emit func(api.WatchEvent) error) error {
 	ls, err := m.guest(ctx, tenant, id)
 	if err != nil {
 		return err
@@ -121,7 +158,7 @@ func (m *Manager) Watch(ctx context.Context, tenant, id string, where guestapi.W
 		if err != nil {
 			return err
 		}
-		if err := emit(ev); err != nil {
+		if err := emit(watchEventToAPI(ev)); err != nil {
 			return err
 		}
 	}

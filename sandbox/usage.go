@@ -2,10 +2,10 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"sort"
 	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
@@ -113,24 +113,54 @@ func (ls *liveSandbox) startCount(pid int) (int64, bool) {
 	return n, ok
 }
 
-// WriteMetrics writes the daemon's metrics in the Prometheus text format:
-// sandboxes by state, and each running sandbox's CPU, memory, pids and OOM
-// kills (disk is left to the stats call: it walks the writable layer).
-func (m *Manager) WriteMetrics(ctx context.Context, w io.Writer) error {
+// Collector returns the manager's Prometheus collector: sandboxes by state,
+// and each running sandbox's CPU, memory, pids and OOM kills, read when
+// scraped (disk is left to the stats call: it walks the writable layer).
+func (m *Manager) Collector() prometheus.Collector { return collector{m} }
+
+var (
+	descSandboxes = prometheus.NewDesc("berth_sandboxes", "Sandboxes by state (pooled: the warm pool).", []string{"state"}, nil)
+	usageMetrics  = []struct {
+		desc *prometheus.Desc
+		typ  prometheus.ValueType
+		val  func(runtime.Usage) float64
+	}{
+		{prometheus.NewDesc("berth_sandbox_cpu_seconds_total", "CPU time used by the sandbox's processes.", []string{"sandbox"}, nil),
+			prometheus.CounterValue, func(u runtime.Usage) float64 { return u.CPUSeconds }},
+		{prometheus.NewDesc("berth_sandbox_memory_bytes", "Memory in use.", []string{"sandbox"}, nil),
+			prometheus.GaugeValue, func(u runtime.Usage) float64 { return float64(u.MemoryBytes) }},
+		{prometheus.NewDesc("berth_sandbox_memory_peak_bytes", "Most memory in use so far.", []string{"sandbox"}, nil),
+			prometheus.GaugeValue, func(u runtime.Usage) float64 { return float64(u.MemoryPeakBytes) }},
+		{prometheus.NewDesc("berth_sandbox_pids", "Tasks (processes and threads).", []string{"sandbox"}, nil),
+			prometheus.GaugeValue, func(u runtime.Usage) float64 { return float64(u.Pids) }},
+		{prometheus.NewDesc("berth_sandbox_oom_kills_total", "Processes killed at the memory limit.", []string{"sandbox"}, nil),
+			prometheus.CounterValue, func(u runtime.Usage) float64 { return float64(u.OOMKills) }},
+	}
+)
+
+type collector struct{ m *Manager }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descSandboxes
+	for _, u := range usageMetrics {
+		ch <- u.desc
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	m := c.m
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
 	all, err := m.store.ListSandboxes(ctx, "", labels.Selector{})
 	if err != nil {
-		return err
+		ch <- prometheus.NewInvalidMetric(descSandboxes, err)
+		return
 	}
 	states := map[string]int{}
 	for _, st := range []string{api.StateCreating, api.StateRunning, api.StateStopping, api.StateStopped,
 		api.StateStarting, api.StateDeleting, api.StateError, statePooled} {
 		states[st] = 0
 	}
-	type row struct {
-		id string
-		u  runtime.Usage
-	}
-	var rows []row
 	for _, rec := range all {
 		states[rec.State]++
 		if rec.State != api.StateRunning {
@@ -144,34 +174,15 @@ func (m *Manager) WriteMetrics(ctx context.Context, w io.Writer) error {
 		if !ok {
 			continue
 		}
-		if u, err := sp.Stats(ctx, rec.ID); err == nil {
-			rows = append(rows, row{rec.ID, u})
+		u, err := sp.Stats(ctx, rec.ID)
+		if err != nil {
+			continue // stopped or deleted since the listing
+		}
+		for _, um := range usageMetrics {
+			ch <- prometheus.MustNewConstMetric(um.desc, um.typ, um.val(u), rec.ID)
 		}
 	}
-	var names []string
-	for st := range states {
-		names = append(names, st)
+	for st, n := range states {
+		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, float64(n), st)
 	}
-	sort.Strings(names)
-	fmt.Fprintln(w, "# HELP berth_sandboxes Sandboxes by state (pooled: the warm pool).")
-	fmt.Fprintln(w, "# TYPE berth_sandboxes gauge")
-	for _, st := range names {
-		fmt.Fprintf(w, "berth_sandboxes{state=%q} %d\n", st, states[st])
-	}
-	for _, g := range []struct {
-		name, typ, help string
-		val             func(runtime.Usage) string
-	}{
-		{"berth_sandbox_cpu_seconds_total", "counter", "CPU time used by the sandbox's processes.", func(u runtime.Usage) string { return fmt.Sprintf("%g", u.CPUSeconds) }},
-		{"berth_sandbox_memory_bytes", "gauge", "Memory in use.", func(u runtime.Usage) string { return fmt.Sprint(u.MemoryBytes) }},
-		{"berth_sandbox_memory_peak_bytes", "gauge", "Most memory in use so far.", func(u runtime.Usage) string { return fmt.Sprint(u.MemoryPeakBytes) }},
-		{"berth_sandbox_pids", "gauge", "Tasks (processes and threads).", func(u runtime.Usage) string { return fmt.Sprint(u.Pids) }},
-		{"berth_sandbox_oom_kills_total", "counter", "Processes killed at the memory limit.", func(u runtime.Usage) string { return fmt.Sprint(u.OOMKills) }},
-	} {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", g.name, g.help, g.name, g.typ)
-		for _, r := range rows {
-			fmt.Fprintf(w, "%s{sandbox=%q} %s\n", g.name, r.id, g.val(r.u))
-		}
-	}
-	return nil
 }

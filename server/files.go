@@ -10,51 +10,47 @@ import (
 	"sync"
 
 	"github.com/berthsh/berth/api"
-	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
 )
 
 // routeFiles adds the file API: raw and tar transfers, the filesystem
 // operations and the agent tools, and watch.
-func (s *Server) routeFiles() {
-	s.handle("GET /v1/sandboxes/{id}/files", s.download)
-	s.handle("PUT /v1/sandboxes/{id}/files", s.upload)
-	s.handle("GET /v1/sandboxes/{id}/archive", s.archive)
-	s.handle("PUT /v1/sandboxes/{id}/archive", s.extract)
-	s.handle("GET /v1/sandboxes/{id}/fs/watch", s.watch)
-	fsRoute(s, guestapi.OpStat, func(api.StatRequest) api.FileInfo { return api.FileInfo{} })
-	fsRoute(s, guestapi.OpExists, func(api.StatRequest) api.ExistsResult { return api.ExistsResult{} })
-	fsRoute(s, guestapi.OpList, func(api.ListRequest) api.ListResult { return api.ListResult{} })
-	fsRoute(s, guestapi.OpMkdir, func(api.MkdirRequest) api.FileInfo { return api.FileInfo{} })
-	fsRoute(s, guestapi.OpMove, func(api.MoveRequest) api.FileInfo { return api.FileInfo{} })
-	fsRoute(s, guestapi.OpRemove, func(api.RemoveRequest) struct{} { return struct{}{} })
-	fsRoute(s, guestapi.OpChmod, func(api.ChmodRequest) api.FileInfo { return api.FileInfo{} })
-	fsRoute(s, guestapi.OpChown, func(api.ChownRequest) api.FileInfo { return api.FileInfo{} })
-	fsRoute(s, guestapi.OpRead, func(api.ReadRequest) api.ReadResult { return api.ReadResult{} })
-	fsRoute(s, guestapi.OpWrite, func(api.WriteRequest) api.FileInfo { return api.FileInfo{} })
-	fsRoute(s, guestapi.OpEdit, func(api.EditRequest) api.EditResult { return api.EditResult{} })
-	fsRoute(s, guestapi.OpGlob, func(api.GlobRequest) api.GlobResult { return api.GlobResult{} })
-	fsRoute(s, guestapi.OpGrep, func(api.GrepRequest) api.GrepResult { return api.GrepResult{} })
-	fsRoute(s, guestapi.OpUpload, func(api.UploadRequest) api.UploadResult { return api.UploadResult{} })
-	fsRoute(s, guestapi.OpDownload, func(api.DownloadRequest) api.DownloadResult { return api.DownloadResult{} })
+func (a *apiGroup) routeFiles(r *Router) {
+	r.Handle("GET /v1/sandboxes/{id}/files", a.download)
+	r.Handle("PUT /v1/sandboxes/{id}/files", a.upload)
+	r.Handle("GET /v1/sandboxes/{id}/archive", a.archive)
+	r.Handle("PUT /v1/sandboxes/{id}/archive", a.extract)
+	r.Handle("GET /v1/sandboxes/{id}/fs/watch", a.watch)
+	fsRoute[api.StatRequest](a, r, api.OpStat)
+	fsRoute[api.StatRequest](a, r, api.OpExists)
+	fsRoute[api.ListRequest](a, r, api.OpList)
+	fsRoute[api.MkdirRequest](a, r, api.OpMkdir)
+	fsRoute[api.MoveRequest](a, r, api.OpMove)
+	fsRoute[api.RemoveRequest](a, r, api.OpRemove)
+	fsRoute[api.ChmodRequest](a, r, api.OpChmod)
+	fsRoute[api.ChownRequest](a, r, api.OpChown)
+	fsRoute[api.ReadRequest](a, r, api.OpRead)
+	fsRoute[api.WriteRequest](a, r, api.OpWrite)
+	fsRoute[api.EditRequest](a, r, api.OpEdit)
+	fsRoute[api.GlobRequest](a, r, api.OpGlob)
+	fsRoute[api.GrepRequest](a, r, api.OpGrep)
+	fsRoute[api.UploadRequest](a, r, api.OpUpload)
+	fsRoute[api.DownloadRequest](a, r, api.OpDownload)
 }
 
-// fsRoute serves POST /v1/sandboxes/{id}/fs/{op}; the func only names the
-// op's request and result types.
-func fsRoute[Req any, Res any, PReq interface {
-	*Req
-	Defaults(user, cwd string)
-}](s *Server, op string, _ func(Req) Res) {
-	s.handle("POST /v1/sandboxes/{id}/fs/"+op, func(w http.ResponseWriter, r *http.Request) error {
+// fsRoute serves POST /v1/sandboxes/{id}/fs/{op}, whose request is a Req;
+// an operation with no result answers 204.
+func fsRoute[Req any](a *apiGroup, r *Router, op string) {
+	r.Handle("POST /v1/sandboxes/{id}/fs/"+op, func(w http.ResponseWriter, r *http.Request) error {
 		var req Req
 		if err := decodeLimit(r, &req, maxFSBody); err != nil {
 			return err
 		}
-		var res Res
-		if err := s.m.FS(r.Context(), tenant(r), r.PathValue("id"), op, PReq(&req), &res); err != nil {
+		res, err := a.m.FS(r.Context(), Tenant(r), r.PathValue("id"), op, req)
+		if err != nil {
 			return err
 		}
-		if _, none := any(res).(struct{}); none {
+		if res == nil {
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}
@@ -63,7 +59,7 @@ func fsRoute[Req any, Res any, PReq interface {
 }
 
 // maxFSBody bounds a file operation's body: a batch upload's base64 content.
-const maxFSBody = guestapi.MaxBatchBytes*4/3 + 1<<20
+const maxFSBody = api.MaxBatchBytes*4/3 + 1<<20
 
 func whereQuery(r *http.Request) (api.Where, string, error) {
 	q := r.URL.Query()
@@ -142,13 +138,13 @@ type onlyReader struct{ io.Reader }
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
-func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
+func (a *apiGroup) download(w http.ResponseWriter, r *http.Request) error {
 	where, p, err := whereQuery(r)
 	if err != nil {
 		return err
 	}
 	var size int64 = -1
-	body, err := s.m.Download(r.Context(), tenant(r), r.PathValue("id"), where, p, func(n int64) { size = n })
+	body, err := a.m.Download(r.Context(), Tenant(r), r.PathValue("id"), where, p, func(n int64) { size = n })
 	if err != nil {
 		return err
 	}
@@ -169,7 +165,7 @@ func octalMode(r *http.Request) (*uint32, error) {
 	return &m32, nil
 }
 
-func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
+func (a *apiGroup) upload(w http.ResponseWriter, r *http.Request) error {
 	where, p, err := whereQuery(r)
 	if err != nil {
 		return err
@@ -186,19 +182,19 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	fi, err := s.m.Upload(r.Context(), tenant(r), r.PathValue("id"), where, p, mode, createOnly, body, size)
+	fi, err := a.m.Upload(r.Context(), Tenant(r), r.PathValue("id"), where, p, mode, createOnly, body, size)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, fi)
 }
 
-func (s *Server) archive(w http.ResponseWriter, r *http.Request) error {
+func (a *apiGroup) archive(w http.ResponseWriter, r *http.Request) error {
 	where, p, err := whereQuery(r)
 	if err != nil {
 		return err
 	}
-	body, err := s.m.Archive(r.Context(), tenant(r), r.PathValue("id"), where, p)
+	body, err := a.m.Archive(r.Context(), Tenant(r), r.PathValue("id"), where, p)
 	if err != nil {
 		return err
 	}
@@ -207,7 +203,7 @@ func (s *Server) archive(w http.ResponseWriter, r *http.Request) error {
 	return sendStream(w, r, body, "application/x-tar", -1)
 }
 
-func (s *Server) extract(w http.ResponseWriter, r *http.Request) error {
+func (a *apiGroup) extract(w http.ResponseWriter, r *http.Request) error {
 	where, p, err := whereQuery(r)
 	if err != nil {
 		return err
@@ -216,14 +212,14 @@ func (s *Server) extract(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.m.Extract(r.Context(), tenant(r), r.PathValue("id"), where, p, body, size)
+	res, err := a.m.Extract(r.Context(), Tenant(r), r.PathValue("id"), where, p, body, size)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, res)
 }
 
-func (s *Server) watch(w http.ResponseWriter, r *http.Request) error {
+func (a *apiGroup) watch(w http.ResponseWriter, r *http.Request) error {
 	where, p, err := whereQuery(r)
 	if err != nil {
 		return err
@@ -241,7 +237,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) error {
 		enc = json.NewEncoder(w)
 		return rc.Flush()
 	}
-	return s.m.Watch(r.Context(), tenant(r), r.PathValue("id"), where, p, recursive, ready, func(ev api.WatchEvent) error {
+	return a.m.Watch(r.Context(), Tenant(r), r.PathValue("id"), where, p, recursive, ready, func(ev api.WatchEvent) error {
 		if err := enc.Encode(ev); err != nil {
 			return err
 		}

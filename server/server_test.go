@@ -20,7 +20,7 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 		doc = append(doc, r.Method+" "+r.Path)
 	}
 	var served []string
-	for _, r := range New(nil, slog.New(slog.DiscardHandler)).Routes() {
+	for _, r := range New(Config{Log: slog.New(slog.DiscardHandler)}, API(nil, nil)).Routes() {
 		served = append(served, r.Method+" "+r.Pattern)
 	}
 	slices.Sort(doc)
