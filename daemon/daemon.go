@@ -87,7 +87,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	d := &Daemon{cfg: cfg, log: log, Runtimes: map[string]runtime.Runtime{}}
 	defer func() {
 		if err != nil {
-			d.Close()
+			if cerr := d.Close(); cerr != nil {
+				log.Error("failed start: close what was opened", "err", cerr)
+			}
 		}
 	}()
 	st, err := store.Open(ctx, filepath.Join(cfg.StateDir, "berth.db"))
@@ -159,12 +161,18 @@ func (d *Daemon) Close() error {
 func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 	var listeners []net.Listener
 	sock := filepath.Join(d.cfg.StateDir, SocketName)
-	os.Remove(sock)
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
 	ul, err := net.Listen("unix", sock)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", sock, err)
 	}
-	os.Chmod(sock, 0o600)
+	// The socket is the root-only way in: it must not stay open to others.
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ul.Close()
+		return fmt.Errorf("restrict %s: %w", sock, err)
+	}
 	listeners = append(listeners, ul)
 	if d.cfg.Listen != "" {
 		tl, err := net.Listen("tcp", d.cfg.Listen)
@@ -190,7 +198,10 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	srv.Shutdown(sctx)
+	if err := srv.Shutdown(sctx); err != nil {
+		d.log.Warn("requests still open after 5s; closing them", "err", err)
+		srv.Close()
+	}
 	for range len(listeners) - boolInt(serveErr != nil) {
 		<-errc
 	}

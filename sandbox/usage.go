@@ -118,37 +118,46 @@ func (ls *liveSandbox) startCount(pid int) (int64, bool) {
 // scraped (disk is left to the stats call: it walks the writable layer).
 func (m *Manager) Collector() prometheus.Collector { return collector{m} }
 
-var (
-	descSandboxes = prometheus.NewDesc("berth_sandboxes", "Sandboxes by state (pooled: the warm pool).", []string{"state"}, nil)
-	usageMetrics  = []struct {
-		desc *prometheus.Desc
-		typ  prometheus.ValueType
-		val  func(runtime.Usage) float64
-	}{
-		{prometheus.NewDesc("berth_sandbox_cpu_seconds_total", "CPU time used by the sandbox's processes.", []string{"sandbox"}, nil),
+// usageMetric is one per-sandbox usage metric.
+type usageMetric struct {
+	desc *prometheus.Desc
+	typ  prometheus.ValueType
+	val  func(runtime.Usage) float64
+}
+
+// metricDescs are made on first use, not at start-up (every berth process,
+// sandboxes' guests included, links this package).
+var metricDescs = sync.OnceValues(func() (*prometheus.Desc, []usageMetric) {
+	desc := func(name, help string, label string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{label}, nil)
+	}
+	return desc("berth_sandboxes", "Sandboxes by state (pooled: the warm pool).", "state"), []usageMetric{
+		{desc("berth_sandbox_cpu_seconds_total", "CPU time used by the sandbox's processes.", "sandbox"),
 			prometheus.CounterValue, func(u runtime.Usage) float64 { return u.CPUSeconds }},
-		{prometheus.NewDesc("berth_sandbox_memory_bytes", "Memory in use.", []string{"sandbox"}, nil),
+		{desc("berth_sandbox_memory_bytes", "Memory in use.", "sandbox"),
 			prometheus.GaugeValue, func(u runtime.Usage) float64 { return float64(u.MemoryBytes) }},
-		{prometheus.NewDesc("berth_sandbox_memory_peak_bytes", "Most memory in use so far.", []string{"sandbox"}, nil),
+		{desc("berth_sandbox_memory_peak_bytes", "Most memory in use so far.", "sandbox"),
 			prometheus.GaugeValue, func(u runtime.Usage) float64 { return float64(u.MemoryPeakBytes) }},
-		{prometheus.NewDesc("berth_sandbox_pids", "Tasks (processes and threads).", []string{"sandbox"}, nil),
+		{desc("berth_sandbox_pids", "Tasks (processes and threads).", "sandbox"),
 			prometheus.GaugeValue, func(u runtime.Usage) float64 { return float64(u.Pids) }},
-		{prometheus.NewDesc("berth_sandbox_oom_kills_total", "Processes killed at the memory limit.", []string{"sandbox"}, nil),
+		{desc("berth_sandbox_oom_kills_total", "Processes killed at the memory limit.", "sandbox"),
 			prometheus.CounterValue, func(u runtime.Usage) float64 { return float64(u.OOMKills) }},
 	}
-)
+})
 
 type collector struct{ m *Manager }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descSandboxes
-	for _, u := range usageMetrics {
+	sandboxes, usage := metricDescs()
+	ch <- sandboxes
+	for _, u := range usage {
 		ch <- u.desc
 	}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	m := c.m
+	descSandboxes, usageMetrics := metricDescs()
 	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
 	defer cancel()
 	all, err := m.store.ListSandboxes(ctx, "", labels.Selector{})

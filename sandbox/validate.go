@@ -4,6 +4,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
@@ -30,9 +31,13 @@ const (
 	defaultUser    = "user"
 )
 
+// The patterns are compiled on first use, not at start-up: every berth
+// process links this package, sandboxes' guests and CLI calls included.
 var (
-	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
-	userRE   = regexp.MustCompile(`^([a-z_][a-z0-9_.-]{0,31}\$?|[0-9]{1,10}(:[0-9]{1,10})?)$`)
+	envKeyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`) })
+	userRE   = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^([a-z_][a-z0-9_.-]{0,31}\$?|[0-9]{1,10}(:[0-9]{1,10})?)$`)
+	})
 )
 
 // normalize validates a create request and fills its defaults.
@@ -59,7 +64,7 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 	if req.User == "" {
 		req.User = defaultUser
 	}
-	if !userRE.MatchString(req.User) {
+	if !userRE().MatchString(req.User) {
 		return req, errdefs.New(errdefs.InvalidArgument, "user: %q is neither a user name nor uid[:gid]", req.User)
 	}
 	if err := labels.Validate(req.Labels); err != nil {
@@ -162,7 +167,7 @@ func validateEnv(field string, env map[string]string) error {
 		return errdefs.New(errdefs.InvalidArgument, "%s: %d entries, at most %d", field, len(env), maxEnvEntries)
 	}
 	for k, v := range env {
-		if !envKeyRE.MatchString(k) {
+		if !envKeyRE().MatchString(k) {
 			return errdefs.New(errdefs.InvalidArgument, "%s: invalid variable name %q", field, k)
 		}
 		if strings.IndexByte(v, 0) >= 0 || len(v) > maxEnvValue {
@@ -211,7 +216,7 @@ func validateExec(req api.ExecRequest) error {
 			return err
 		}
 	}
-	if req.User != "" && !userRE.MatchString(req.User) {
+	if req.User != "" && !userRE().MatchString(req.User) {
 		return errdefs.New(errdefs.InvalidArgument, "user: %q is neither a user name nor uid[:gid]", req.User)
 	}
 	if len(req.Stdin) > maxStdin {

@@ -67,7 +67,8 @@ type Table struct {
 	// finished lists finished entries of procs, oldest first.
 	finished      []*Process
 	finishedBytes int64
-	live          int // runner goroutines not finished yet
+	live          int           // runner goroutines not finished yet
+	ended         chan struct{} // poked (never closed) each time a runner finishes
 	closed        bool
 }
 
@@ -79,7 +80,7 @@ func NewTable(log *slog.Logger, defaults Defaults) *Table {
 	return &Table{
 		log: log, defaults: defaults,
 		maxFinished: maxFinished, maxFinishedBytes: maxFinishedBytes,
-		procs: map[int]*Process{}, waiting: map[int]*Process{},
+		procs: map[int]*Process{}, waiting: map[int]*Process{}, ended: make(chan struct{}, 1),
 	}
 }
 
@@ -141,7 +142,13 @@ func (t *Table) Close() {
 		}
 	}
 	t.mu.Unlock()
-	deadline := time.Now().Add(closeWait)
+	// Wait for a child to exit (to reap it) or a runner to finish, whichever
+	// comes; a SIGCHLD that came before this registered is reaped below.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGCHLD)
+	defer signal.Stop(sig)
+	timeout := time.NewTimer(closeWait)
+	defer timeout.Stop()
 	for {
 		t.reap()
 		t.mu.Lock()
@@ -150,11 +157,13 @@ func (t *Table) Close() {
 		if live == 0 {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-sig:
+		case <-t.ended:
+		case <-timeout.C:
 			t.log.Warn("processes still running after close", "count", live)
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -249,6 +258,10 @@ func (t *Table) finish(p *Process) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.live--
+	select {
+	case t.ended <- struct{}{}:
+	default:
+	}
 	if t.procs[p.pid] != p {
 		return // forgotten already, or its pid was reused
 	}
