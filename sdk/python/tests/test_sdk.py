@@ -27,6 +27,19 @@ def test_lifecycle_and_context_manager(client: Berth) -> None:
     assert sb.id in exc.value.message
 
 
+def test_runtimes_and_a_refused_runtime(client: Berth) -> None:
+    rts = client.runtimes()
+    native = next(r for r in rts if r["name"] == "native")
+    assert native["default"] and native["available"]
+    assert "memory_bytes" in native["capabilities"]["limits"]
+    assert native["capabilities"]["max"]["cpus"] >= 1
+    with client.create(runtime="native") as sb:
+        assert sb.info.raw["runtime"] == "native"
+    with pytest.raises(InvalidArgument) as exc:
+        client.create(runtime="no-such-runtime")
+    assert "no-such-runtime" in exc.value.message
+
+
 def test_get_or_create_is_one_per_conversation(client: Berth) -> None:
     a = client.get_or_create({"thread_id": "sdk-conv-1"})
     b = client.get_or_create({"thread_id": "sdk-conv-1"})

@@ -107,6 +107,7 @@ def _create_body(
     disk: int | None,
     idle_timeout: float | None,
     delete_after: float | None,
+    runtime: str | None = None,
 ) -> dict[str, Any]:
     timeouts = _drop_none(
         {
@@ -121,6 +122,7 @@ def _create_body(
             "user": user,
             "workdir": workdir,
             "image": image,
+            "runtime": runtime,
             "limits": _limits(memory, cpus, pids, disk),
             "timeouts": timeouts or None,
         }
@@ -137,6 +139,10 @@ class _Ops:
     @staticmethod
     def get_or_create(body: dict[str, Any]) -> _Call:
         return _Call("POST", "/v1/sandboxes/get-or-create", json=body, parse=lambda r: SandboxInfo.from_json(r.json()))
+
+    @staticmethod
+    def runtimes() -> _Call:
+        return _Call("GET", "/v1/runtimes", parse=lambda r: r.json()["runtimes"])
 
     @staticmethod
     def get(id: str) -> _Call:
@@ -464,10 +470,12 @@ class Berth:
         disk: int | None = None,
         idle_timeout: float | None = None,
         delete_after: float | None = None,
+        runtime: str | None = None,
         ephemeral: bool = True,
     ) -> Sandbox:
-        """Create a sandbox. As a context manager it is deleted on exit unless ``ephemeral=False``."""
-        body = _create_body(labels, env, user, workdir, image, memory, cpus, pids, disk, idle_timeout, delete_after)
+        """Create a sandbox. As a context manager it is deleted on exit unless ``ephemeral=False``.
+        ``runtime`` picks the isolation tier (see :meth:`runtimes`; default: the daemon's)."""
+        body = _create_body(labels, env, user, workdir, image, memory, cpus, pids, disk, idle_timeout, delete_after, runtime)
         return Sandbox(self, self._send(_Ops.create(body)), ephemeral=ephemeral)
 
     def get_or_create(self, labels: Mapping[str, str], **kw: Any) -> Sandbox:
@@ -484,8 +492,13 @@ class Berth:
     def delete(self, id: str) -> None:
         self._send(_Ops.delete(id))
 
+    def runtimes(self) -> list[dict[str, Any]]:
+        """The daemon's runtimes: each available one with what it can do on this host
+        (limits, ceilings, stop/start, …), the others with why they cannot run here."""
+        return self._send(_Ops.runtimes())
 
-_CREATE_KW = ("env", "user", "workdir", "image", "memory", "cpus", "pids", "disk", "idle_timeout", "delete_after")
+
+_CREATE_KW = ("env", "user", "workdir", "image", "memory", "cpus", "pids", "disk", "idle_timeout", "delete_after", "runtime")
 
 
 class _StreamContext:
@@ -616,6 +629,9 @@ class AsyncBerth:
 
     async def delete(self, id: str) -> None:
         await self._send(_Ops.delete(id))
+
+    async def runtimes(self) -> list[dict[str, Any]]:
+        return await self._send(_Ops.runtimes())
 
 
 __all__ = ["DEFAULT_URL", "AsyncBerth", "AsyncSandbox", "Berth", "BerthError", "Sandbox"]
