@@ -3,6 +3,8 @@
 export CGO_ENABLED := 0
 GO      ?= go
 BIN     := bin/berth
+# The lean guest (cmd/berth-guest) is built first and embedded in berth.
+GUEST   := internal/guestbin/berth-guest
 STATE   ?= /var/lib/berth
 LISTEN  ?= 127.0.0.1:7680
 PKGS    := ./...
@@ -10,7 +12,8 @@ PKGS    := ./...
 .PHONY: build run install test test-go test-python test-deps vet bench bench-deps bench-go fuzz clean
 
 build:
-	$(GO) build -trimpath -o $(BIN) ./cmd/berth
+	$(GO) build -trimpath -o $(GUEST) ./cmd/berth-guest
+	$(GO) build -trimpath -tags berth_guest_embedded -o $(BIN) ./cmd/berth
 	@chmod 0755 bin $(BIN)
 
 # The binary is installed on PATH so that `berth run -- echo hello` works from
@@ -23,6 +26,7 @@ run: install
 
 vet:
 	$(GO) vet $(PKGS)
+	@test ! -f $(GUEST) || $(GO) vet -tags berth_guest_embedded ./internal/guestbin/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 
 # Programs the tests run inside sandboxes must be in the host's /usr.
@@ -60,4 +64,4 @@ bench-go: build
 	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchtime 200x -timeout 20m ./e2e/
 
 clean:
-	rm -rf bin $(VENV)
+	rm -rf bin $(GUEST) $(VENV)

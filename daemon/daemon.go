@@ -20,6 +20,7 @@ import (
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/image"
+	"github.com/berthsh/berth/internal/guestbin"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/runtime/native"
 	"github.com/berthsh/berth/sandbox"
@@ -33,7 +34,9 @@ type Config struct {
 	Listen string
 	// StateDir holds the store, the unix socket and every runtime's state.
 	StateDir string
-	// GuestBinary is the berth binary run as each sandbox's init (default: this executable).
+	// GuestBinary is the binary run as each sandbox's init (`GuestBinary
+	// guest`). Default: the lean guest embedded in this berth (make build),
+	// else this executable.
 	GuestBinary string
 	// DefaultRuntime is the runtime used when a request names none.
 	DefaultRuntime string
@@ -74,15 +77,21 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if cfg.DefaultRuntime == "" {
 		cfg.DefaultRuntime = native.Name
 	}
-	if cfg.GuestBinary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("find own executable: %w", err)
-		}
-		cfg.GuestBinary = exe
-	}
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if cfg.GuestBinary == "" {
+		guest, err := guestbin.Install(filepath.Join(cfg.StateDir, "bin"))
+		if err != nil {
+			return nil, err
+		}
+		if guest == "" {
+			if guest, err = os.Executable(); err != nil {
+				return nil, fmt.Errorf("find own executable: %w", err)
+			}
+			log.Info("sandboxes run this executable as their guest (built without the lean guest; make build embeds it)")
+		}
+		cfg.GuestBinary = guest
 	}
 	d := &Daemon{cfg: cfg, log: log, Runtimes: map[string]runtime.Runtime{}}
 	defer func() {

@@ -7,8 +7,9 @@ import (
 )
 
 // TestGuestImportsNoDaemonCode enforces the boundary between the sandbox
-// side and the host side: the guest may import the protocol contract and
-// neutral helpers, never the daemon's packages.
+// side and the host side: the guest, and the lean guest binary built from
+// it, may import the protocol contract and neutral helpers, never the
+// daemon's packages.
 func TestGuestImportsNoDaemonCode(t *testing.T) {
 	const module = "github.com/berthsh/berth/"
 	allowed := map[string]bool{
@@ -36,4 +37,5 @@ func TestGuestImportsNoDaemonCode(t *testing.T) {
 		}
 	}
 	walk(module + "guest")
+	walk(module + "cmd/berth-guest")
 }

@@ -203,8 +203,9 @@ type Factory func(cfg Config) (Runtime, error)
 type Config struct {
 	// StateDir is a directory private to the runtime.
 	StateDir string
-	// GuestBinary is the berth binary that runs as every sandbox's init
-	// (`berth guest`); every runtime runs the same guest agent.
+	// GuestBinary is the binary that runs as every sandbox's init
+	// (`GuestBinary guest`: the lean berth-guest, or berth itself); every
+	// runtime runs the same guest agent.
 	GuestBinary string
 	// Log is the runtime's logger.
 	Log *slog.Logger

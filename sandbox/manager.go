@@ -310,10 +310,10 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 	return sb, err
 }
 
-// boot makes a new sandbox from a normalized request: its row (in state
-// creating), the resolved spec, the runtime's sandbox and the guest
-// connection, then the row in state (running, or pooled for the warm pool).
-// A failure at any step undoes the earlier ones.
+// boot makes a new sandbox from a normalized request: the resolved spec, its
+// row (creating, or pooled for the warm pool), the runtime's sandbox and the
+// guest connection, then the row in state running (a pooled row stays
+// pooled). A failure at any step undoes the earlier ones.
 func (m *Manager) boot(ctx context.Context, tenant, state string, req api.CreateSandboxRequest) (api.Sandbox, string, error) {
 	t, err := m.tier(req.Runtime)
 	if err != nil {

@@ -24,7 +24,7 @@ func main() {
 	// The guest is every sandbox's init: start it before building the CLI,
 	// since each millisecond here is a millisecond of every create.
 	if len(os.Args) >= 2 && os.Args[1] == "guest" {
-		if err := runGuest(os.Args[2:]); err != nil {
+		if err := guest.Command(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "berth guest:", err)
 			os.Exit(1)
 		}
@@ -90,14 +90,4 @@ func serveCommand() *cobra.Command {
 	f.BoolVar(&cfg.Native.NoSeccomp, "no-seccomp", false, "do not install the seccomp profile in sandboxes (debugging only)")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	return cmd
-}
-
-// runGuest runs `berth guest`, started by a runtime as a sandbox's init.
-func runGuest(args []string) error {
-	level := slog.LevelInfo
-	if os.Getenv("BERTH_GUEST_DEBUG") != "" {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	return guest.Main(context.Background(), args, log)
 }

@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -31,8 +33,9 @@ var (
 
 // Berth returns the path of a berth binary for tests that start sandboxes or
 // daemons: $BERTH_BINARY when set (make test builds it), else one built once
-// per test process. Its directory is world-traversable because a sandbox's
-// init runs as an unprivileged host uid.
+// per test process the way make build does it (the lean guest first, then
+// berth with it embedded). Its directory is world-traversable because a
+// sandbox's init runs as an unprivileged host uid.
 func Berth(tb testing.TB) string {
 	tb.Helper()
 	if p := os.Getenv("BERTH_BINARY"); p != "" {
@@ -50,17 +53,42 @@ func Berth(tb testing.TB) string {
 		}
 		os.Chmod(dir, 0o755)
 		buildPath = filepath.Join(dir, "berth")
-		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/berthsh/berth/cmd/berth")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		buildErr = build(buildPath)
 	})
 	if buildErr != nil {
 		tb.Fatal(buildErr)
 	}
 	return buildPath
+}
+
+// build builds berth at path as make build does. The lean guest is written
+// into the source tree (internal/guestbin, git-ignored) for go:embed to find;
+// a lock keeps test processes of several packages from writing it at once.
+func build(path string) error {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return fmt.Errorf("find the module: %v", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "berth-test-build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	guest := filepath.Join(strings.TrimSpace(string(root)), "internal", "guestbin", "berth-guest")
+	for _, args := range [][]string{
+		{"build", "-o", guest, "github.com/berthsh/berth/cmd/berth-guest"},
+		{"build", "-tags", "berth_guest_embedded", "-o", path, "github.com/berthsh/berth/cmd/berth"},
+	} {
+		cmd := exec.Command("go", args...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
 }
 
 // StateDir returns a fresh state directory whose parents a sandbox's init can
