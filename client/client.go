@@ -226,6 +226,10 @@ func classForStatus(code int) errdefs.Class {
 		return errdefs.DeadlineExceeded
 	case http.StatusNotImplemented:
 		return errdefs.NotImplemented
+	case http.StatusRequestEntityTooLarge:
+		return errdefs.TooLarge
+	case http.StatusMethodNotAllowed:
+		return errdefs.MethodNotAllowed
 	default:
 		return errdefs.Internal
 	}

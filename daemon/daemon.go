@@ -30,8 +30,15 @@ import (
 
 // Config is the daemon's typed configuration.
 type Config struct {
-	// Listen is the TCP address of the API (empty: unix socket only).
+	// Listen is the TCP address of the API (empty: unix socket only). It
+	// must be a loopback address unless RemoteAPI is set: there are no API
+	// keys yet, so whoever reaches it controls every sandbox.
 	Listen string
+	// RemoteAPI allows a Listen address other than loopback.
+	RemoteAPI bool
+	// AllowedHosts are host names, beyond IP addresses and localhost, by
+	// which clients reach the API (a reverse proxy's name).
+	AllowedHosts []string
 	// StateDir holds the store, the unix socket and every runtime's state.
 	StateDir string
 	// GuestBinary is the binary run as each sandbox's init (`GuestBinary
@@ -76,6 +83,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	}
 	if cfg.DefaultRuntime == "" {
 		cfg.DefaultRuntime = native.Name
+	}
+	if err := checkListen(cfg.Listen, cfg.RemoteAPI); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
@@ -151,7 +161,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	metricsReg := prometheus.NewRegistry()
 	metricsReg.MustRegister(m.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)})
-	d.Server = server.New(server.Config{Log: log}, server.API(m, metrics))
+	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics))
 	return d, nil
 }
 
@@ -218,6 +228,26 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 		serveErr = nil
 	}
 	return serveErr
+}
+
+// checkListen refuses a TCP address that is not loopback unless remote is
+// set: anyone who reaches the API controls every sandbox.
+func checkListen(addr string, remote bool) error {
+	if addr == "" || remote {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("--listen %q is not a loopback address: berth has no API keys yet, so anyone who can reach it "+
+		"would control every sandbox; listen on 127.0.0.1, or pass --insecure-remote-api if a firewall or proxy guards it", addr)
 }
 
 func boolInt(b bool) int {

@@ -25,6 +25,12 @@ const (
 	DeadlineExceeded  Class = "deadline_exceeded"
 	NotImplemented    Class = "not_implemented"
 	Internal          Class = "internal"
+	// TooLarge is a request body over its route's bound: send less, or
+	// stream it (raw uploads have none).
+	TooLarge Class = "too_large"
+	// MethodNotAllowed is a route called with a method it does not serve;
+	// the Allow header lists those it does.
+	MethodNotAllowed Class = "method_not_allowed"
 )
 
 // Error returns the class itself as an error, so errors.Is(err, errdefs.NotFound) works.
@@ -125,6 +131,10 @@ func HTTPStatus(c Class) int {
 		return http.StatusGatewayTimeout
 	case NotImplemented:
 		return http.StatusNotImplemented
+	case TooLarge:
+		return http.StatusRequestEntityTooLarge
+	case MethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	default:
 		return http.StatusInternalServerError
 	}
@@ -135,7 +145,8 @@ func HTTPStatus(c Class) int {
 func Known(s string) bool {
 	switch Class(s) {
 	case NotFound, AlreadyExists, InvalidArgument, Conflict, ResourceExhausted,
-		PermissionDenied, Unauthenticated, Unavailable, DeadlineExceeded, NotImplemented, Internal:
+		PermissionDenied, Unauthenticated, Unavailable, DeadlineExceeded, NotImplemented, Internal,
+		TooLarge, MethodNotAllowed:
 		return true
 	}
 	return false

@@ -29,7 +29,7 @@ func TestClassesSurviveWrapping(t *testing.T) {
 
 func TestHTTPStatusAndKnown(t *testing.T) {
 	for c, code := range map[Class]int{NotFound: 404, InvalidArgument: 400, Conflict: 409, AlreadyExists: 409,
-		Unavailable: 503, DeadlineExceeded: 504, Internal: 500, ResourceExhausted: 429} {
+		Unavailable: 503, DeadlineExceeded: 504, Internal: 500, ResourceExhausted: 429, TooLarge: 413, MethodNotAllowed: 405} {
 		if HTTPStatus(c) != code {
 			t.Errorf("%s -> %d, want %d", c, HTTPStatus(c), code)
 		}

@@ -131,7 +131,7 @@ func (a *apiGroup) runtimes(w http.ResponseWriter, r *http.Request) error {
 
 func (a *apiGroup) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateSandboxRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req, smallBody); err != nil {
 		return err
 	}
 	sb, err := a.m.Create(r.Context(), Tenant(r), req)
@@ -176,7 +176,7 @@ func (a *apiGroup) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 
 func (a *apiGroup) updateSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req api.UpdateSandboxRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req, smallBody); err != nil {
 		return err
 	}
 	sb, err := a.m.Update(r.Context(), Tenant(r), r.PathValue("id"), req)
@@ -189,7 +189,7 @@ func (a *apiGroup) updateSandbox(w http.ResponseWriter, r *http.Request) error {
 // getOrCreate answers 200 with an existing sandbox or 201 with a new one.
 func (a *apiGroup) getOrCreate(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateSandboxRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req, smallBody); err != nil {
 		return err
 	}
 	sb, created, err := a.m.GetOrCreate(r.Context(), Tenant(r), req)
@@ -264,7 +264,7 @@ func (a *apiGroup) exec(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req api.ExecRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req, maxBody); err != nil {
 		return err
 	}
 	id := r.PathValue("id")
@@ -290,7 +290,7 @@ func pidParam(r *http.Request) (int, error) {
 
 func (a *apiGroup) startProcess(w http.ResponseWriter, r *http.Request) error {
 	var req api.ExecRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req, maxBody); err != nil {
 		return err
 	}
 	p, err := a.m.StartProcess(r.Context(), Tenant(r), r.PathValue("id"), req)
@@ -372,7 +372,7 @@ func (a *apiGroup) signalProcess(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req api.SignalRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req, smallBody); err != nil {
 		return err
 	}
 	if err := a.m.SignalProcess(r.Context(), Tenant(r), r.PathValue("id"), pid, req.Signal); err != nil {

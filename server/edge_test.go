@@ -308,3 +308,100 @@ func TestMetricsFromTheManager(t *testing.T) {
 		}
 	}
 }
+
+func do(t *testing.T, e *edge, method, path string, body string, hdr map[string]string) (*http.Response, api.ErrorResponse) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, e.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := e.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var er api.ErrorResponse
+	json.NewDecoder(resp.Body).Decode(&er)
+	return resp, er
+}
+
+// TestBrowsersAreRefused: what a web page could make a browser on the host
+// send is refused before any route runs: a DNS-rebound Host, a
+// cross-origin request, a form or text/plain post. Nothing is created.
+func TestBrowsersAreRefused(t *testing.T) {
+	e := newEdge(t, server.Config{Hosts: []string{"berth.internal"}})
+	json := map[string]string{"Content-Type": "application/json"}
+	with := func(extra map[string]string) map[string]string {
+		h := map[string]string{"Content-Type": "application/json"}
+		for k, v := range extra {
+			h[k] = v
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name  string
+		hdr   map[string]string
+		class string
+	}{
+		{"rebound host", with(map[string]string{"Host": "evil.example:7680"}), "permission_denied"},
+		{"rebound host, no port", with(map[string]string{"Host": "evil.example"}), "permission_denied"},
+		{"cross origin", with(map[string]string{"Origin": "http://evil.example"}), "permission_denied"},
+		{"another localhost port", with(map[string]string{"Origin": "http://localhost:3000"}), "permission_denied"},
+		{"null origin", with(map[string]string{"Origin": "null"}), "permission_denied"},
+		{"cross-site fetch", with(map[string]string{"Sec-Fetch-Site": "cross-site"}), "permission_denied"},
+		{"text/plain post", map[string]string{"Content-Type": "text/plain"}, "invalid_argument"},
+		{"form post", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, "invalid_argument"},
+	} {
+		resp, er := do(t, e, http.MethodPost, "/v1/sandboxes", "{}", tc.hdr)
+		if er.Error.Class != tc.class {
+			t.Errorf("%s: %d %+v, want %s", tc.name, resp.StatusCode, er, tc.class)
+		}
+	}
+	if n := len(e.rt.Calls()); n != 0 {
+		t.Fatalf("a refused request reached the runtime: %+v", e.rt.Calls())
+	}
+	// What a client or the daemon's own page sends goes through.
+	for _, hdr := range []map[string]string{json, with(map[string]string{"Host": "localhost:7680"}),
+		with(map[string]string{"Host": "127.0.0.1:9", "Origin": "http://127.0.0.1:9", "Sec-Fetch-Site": "same-origin"}),
+		with(map[string]string{"Host": "berth.internal:7680"}), with(map[string]string{"Host": "8000-sb-x.berth.localhost"})} {
+		if resp, er := do(t, e, http.MethodPost, "/v1/sandboxes", "{}", hdr); resp.StatusCode != http.StatusCreated {
+			t.Errorf("%v: %d %+v", hdr, resp.StatusCode, er)
+		}
+	}
+	if logs := e.log.String(); !strings.Contains(logs, "status=403") {
+		t.Fatalf("refusals are not in the access log:\n%s", logs)
+	}
+}
+
+// TestMethodsAndBodyBounds: a wrong method is 405 with Allow; a body over
+// its route's bound is 413 naming the bound.
+func TestMethodsAndBodyBounds(t *testing.T) {
+	e := newEdge(t, server.Config{})
+	resp, er := do(t, e, http.MethodDelete, "/v1/runtimes", "", nil)
+	if resp.StatusCode != http.StatusMethodNotAllowed || er.Error.Class != "method_not_allowed" || resp.Header.Get("Allow") != "GET, HEAD" {
+		t.Fatalf("DELETE /v1/runtimes: %d %q %+v", resp.StatusCode, resp.Header.Get("Allow"), er)
+	}
+	resp, er = do(t, e, http.MethodPut, "/v1/sandboxes/sb-x/exec", "", nil)
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" {
+		t.Fatalf("PUT exec: %d %q %+v", resp.StatusCode, resp.Header.Get("Allow"), er)
+	}
+	if resp, _ := do(t, e, http.MethodGet, "/v1/nothing", "", nil); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown path: %d", resp.StatusCode)
+	}
+	big := `{"labels":{"a":"` + strings.Repeat("x", 5<<20) + `"}}`
+	resp, er = do(t, e, http.MethodPost, "/v1/sandboxes", big, map[string]string{"Content-Type": "application/json"})
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || er.Error.Class != "too_large" || !strings.Contains(er.Error.Message, "4194304") {
+		t.Fatalf("a 5 MiB create: %d %+v", resp.StatusCode, er)
+	}
+	// 25 MiB of stdin is 33 MiB of JSON, over the exec route's 32 MiB.
+	if _, err := e.client(t).Exec(t.Context(), "sb-x", api.ExecRequest{Cmd: []string{"x"}, Stdin: make([]byte, 25<<20)}); errdefs.ClassOf(err) != errdefs.TooLarge {
+		t.Fatalf("a 25 MiB stdin: %v", err)
+	}
+}

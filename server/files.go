@@ -43,7 +43,7 @@ func (a *apiGroup) routeFiles(r *Router) {
 func fsRoute[Req any](a *apiGroup, r *Router, op string) {
 	r.Handle("POST /v1/sandboxes/{id}/fs/"+op, func(w http.ResponseWriter, r *http.Request) error {
 		var req Req
-		if err := decodeLimit(r, &req, maxFSBody); err != nil {
+		if err := decode(w, r, &req, maxFSBody); err != nil {
 			return err
 		}
 		res, err := a.m.FS(r.Context(), Tenant(r), r.PathValue("id"), op, req)

@@ -4,15 +4,26 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
 )
 
-// maxBody bounds a JSON request body (exec stdin is at most 16 MiB, base64 makes it ~22).
-const maxBody = 32 << 20
+// Bounds of JSON request bodies, by route: a body over its bound is
+// refused with too_large (413) as soon as the bound is passed, never read
+// to its end.
+const (
+	// maxBody bounds an exec or process request: stdin is at most 16 MiB,
+	// ~22 MiB in base64.
+	maxBody = 32 << 20
+	// smallBody bounds the other JSON requests (create, update, signal):
+	// labels and an environment of some MiB.
+	smallBody = 4 << 20
+)
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {
 	w.Header().Set("Content-Type", "application/json")
@@ -28,15 +39,24 @@ func writeError(w http.ResponseWriter, err error) {
 		Class: string(class), Message: errdefs.Message(err), Reason: string(errdefs.ReasonOf(err))}})
 }
 
-// decode reads a JSON body strictly: unknown fields are an error naming them.
-func decode(r *http.Request, v any) error { return decodeLimit(r, v, maxBody) }
-
-// decodeLimit is decode with a bound of its own.
-func decodeLimit(r *http.Request, v any, limit int64) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, limit))
+// decode reads a JSON body of at most limit bytes strictly: unknown fields
+// are an error naming them, and so is a Content-Type other than JSON (a
+// browser's form or text/plain post, which needs no preflight).
+func decode(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return errdefs.New(errdefs.InvalidArgument, "Content-Type: %q: this route takes application/json", ct)
+		}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			return errdefs.New(errdefs.TooLarge, "body: larger than this route's %d bytes", limit)
+		case errors.Is(err, io.EOF):
 			return errdefs.New(errdefs.InvalidArgument, "body: expected a JSON object")
 		}
 		return errdefs.New(errdefs.InvalidArgument, "body: %s", err.Error())

@@ -21,6 +21,10 @@ const Version = "0.1.0"
 type Config struct {
 	// Log gets one line per request.
 	Log *slog.Logger
+	// Hosts are host names, beyond IP addresses and localhost, that clients
+	// may use to reach the daemon over TCP (a reverse proxy's name); any
+	// other Host header is refused, which stops DNS rebinding.
+	Hosts []string
 	// Authenticate returns the tenant a request acts for, or a classified
 	// error (unauthenticated, permission_denied) that refuses it before any
 	// route runs. Nil: every request acts for the default tenant "" (berth
@@ -73,11 +77,28 @@ func New(cfg Config, groups ...Group) *Server {
 	for _, g := range groups {
 		g.Routes(&Router{s: s, group: g.Name()})
 	}
-	s.mux.Handle("/", s.adapt(func(w http.ResponseWriter, r *http.Request) error {
-		return errdefs.New(errdefs.NotFound, "no route %s %s", r.Method, r.URL.Path)
-	}))
-	s.handler = requestIDs(accessLog(s.log, recoverPanics(s.log, authenticate(cfg.Authenticate, http.HandlerFunc(s.dispatch)))))
+	s.mux.Handle("/", s.adapt(s.noRoute))
+	s.handler = requestIDs(accessLog(s.log, recoverPanics(s.log,
+		guardBrowsers(cfg.Hosts, authenticate(cfg.Authenticate, http.HandlerFunc(s.dispatch))))))
 	return s
+}
+
+// noRoute answers a request no route took: 405 with the methods the path
+// has (Allow), else 404.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) error {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		return errdefs.New(errdefs.MethodNotAllowed, "%s %s: the route takes %s", r.Method, r.URL.Path, strings.Join(allow, ", "))
+	}
+	return errdefs.New(errdefs.NotFound, "no route %s %s", r.Method, r.URL.Path)
 }
 
 // ServeHTTP implements http.Handler.

@@ -79,7 +79,9 @@ func serveCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7680", "TCP address of the API (empty: unix socket only)")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7680", "TCP address of the API (empty: unix socket only); loopback unless --insecure-remote-api")
+	f.BoolVar(&cfg.RemoteAPI, "insecure-remote-api", false, "allow a --listen address other than loopback (there are no API keys yet: whoever reaches it controls every sandbox)")
+	f.StringArrayVar(&cfg.AllowedHosts, "allowed-host", nil, "a host name clients use to reach the API, besides IP addresses and localhost (repeatable; others are refused, which stops DNS rebinding)")
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/berth", "directory of the store, the API socket and sandbox state")
 	f.StringVar(&cfg.DefaultRuntime, "runtime", "native", "default runtime")
 	f.Int64Var(&cfg.DefaultLimits.Pids, "default-pids", 4096, "pids limit of sandboxes that set none (0: none)")

@@ -64,6 +64,16 @@ class InternalError(BerthError):
     error_class = "internal"
 
 
+class TooLarge(BerthError):
+    """A request body over its route's bound (raw uploads have none)."""
+
+    error_class = "too_large"
+
+
+class MethodNotAllowed(BerthError):
+    error_class = "method_not_allowed"
+
+
 class DaemonUnreachable(Unavailable):
     """The daemon could not be reached at its URL (down, wrong URL, network)."""
 
@@ -82,6 +92,8 @@ _BY_CLASS: dict[str, type[BerthError]] = {
         DeadlineExceeded,
         NotImplementedByRuntime,
         InternalError,
+        TooLarge,
+        MethodNotAllowed,
     )
 }
 
@@ -90,7 +102,9 @@ _BY_STATUS: dict[int, type[BerthError]] = {
     401: Unauthenticated,
     403: PermissionDenied,
     404: NotFound,
+    405: MethodNotAllowed,
     409: Conflict,
+    413: TooLarge,
     429: ResourceExhausted,
     501: NotImplementedByRuntime,
     502: Unavailable,
@@ -123,10 +137,12 @@ __all__ = [
     "DeadlineExceeded",
     "InternalError",
     "InvalidArgument",
+    "MethodNotAllowed",
     "NotFound",
     "NotImplementedByRuntime",
     "PermissionDenied",
     "ResourceExhausted",
+    "TooLarge",
     "Unauthenticated",
     "Unavailable",
     "error_for",
