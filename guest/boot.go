@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
 	"time"
 
@@ -139,6 +140,7 @@ func prepare(b guestapi.Bootstrap, log *slog.Logger) (net.Listener, error) {
 	if err := loopbackUp(); err != nil {
 		return fail(err)
 	}
+	ignoreSignalsFromInside()
 	// The guest holds the control listener: nothing inside may read its memory
 	// or descriptors (ptrace and /proc/1/fd need it dumpable).
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -159,6 +161,29 @@ func prepare(b guestapi.Bootstrap, log *slog.Logger) (net.Listener, error) {
 	}
 	lap("harden")
 	return ln, nil
+}
+
+// insideSignals are the signals whose default Go behaviour (exit, a
+// goroutine dump into the guest's log, a crash) would let root inside stop
+// its own sandbox with `kill -TERM 1` or write to the host-side log. SIGKILL
+// and SIGSTOP cannot be sent to a PID namespace's init from inside it; the
+// runtime's SIGKILL from outside still ends the guest.
+var insideSignals = []os.Signal{
+	unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP, unix.SIGABRT, unix.SIGBUS, unix.SIGFPE,
+	unix.SIGUSR1, unix.SIGSEGV, unix.SIGUSR2, unix.SIGPIPE, unix.SIGALRM, unix.SIGTERM, unix.SIGSTKFLT,
+	unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM, unix.SIGPROF,
+	unix.SIGIO, unix.SIGPWR, unix.SIGSYS,
+}
+
+// ignoreSignalsFromInside makes the guest take no action on the signals a
+// process inside could send it. They are caught into a channel nobody reads
+// (os/signal drops what does not fit), not set to SIG_IGN: an ignored
+// disposition would be inherited by every process the guest starts, and a
+// workload must get SIGPIPE, SIGINT and SIGTERM as usual. A synchronous
+// signal the guest causes itself (a real SIGSEGV) still crashes it, as Go
+// handles those apart from sent ones.
+func ignoreSignalsFromInside() {
+	signal.Notify(make(chan os.Signal, 1), insideSignals...)
 }
 
 // listen opens the control listener at addr ("unix:PATH"). The socket is

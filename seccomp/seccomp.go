@@ -17,15 +17,16 @@ type Rule struct {
 	Syscall string
 	// Errno is what the caller gets back; the kernel's handler never runs.
 	Errno syscall.Errno
-	// Arg narrows the rule to some values of one argument. Its zero value
-	// refuses every call.
-	Arg ArgMatch
+	// Args narrow the rule to calls whose arguments match every one of
+	// them. None refuses every call. A syscall may have several rules
+	// when each has Args; the first that matches decides.
+	Args []ArgMatch
 	// Reason says in one sentence why the call is refused.
 	Reason string
 }
 
-// ArgMatch narrows a Rule to calls whose argument Index matches AnyOf or
-// Except (exactly one of them is set).
+// ArgMatch narrows a Rule to calls whose argument Index matches AnyOf,
+// Except or Equal (exactly one of them is set).
 //
 // seccomp hands a filter every argument as a 64-bit word, but classic BPF
 // compares 32 bits at a time, so ArgMatch looks at the low 32 bits only.
@@ -42,26 +43,53 @@ type ArgMatch struct {
 	AnyOf uint32
 	// Except refuses the call unless the argument equals one of these values.
 	Except []uint32
+	// Equal refuses the call when the argument equals one of these values.
+	Equal []uint32
 }
 
-// IsZero reports whether m matches every call.
-func (m ArgMatch) IsZero() bool { return m.AnyOf == 0 && len(m.Except) == 0 }
+// kinds counts how many of AnyOf, Except and Equal are set.
+func (m ArgMatch) kinds() int {
+	n := 0
+	for _, set := range []bool{m.AnyOf != 0, len(m.Except) > 0, len(m.Equal) > 0} {
+		if set {
+			n++
+		}
+	}
+	return n
+}
+
+func hexList(vs []uint32) string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = fmt.Sprintf("%#x", v)
+	}
+	return strings.Join(out, ", ")
+}
+
+// String describes the match, for documentation.
+func (m ArgMatch) String() string {
+	switch {
+	case m.AnyOf != 0:
+		return fmt.Sprintf("%s (argument %d) has any bit of %#x set", m.Name, m.Index, m.AnyOf)
+	case len(m.Except) > 0:
+		return fmt.Sprintf("%s (argument %d) is not one of %s", m.Name, m.Index, hexList(m.Except))
+	case len(m.Equal) > 0:
+		return fmt.Sprintf("%s (argument %d) is one of %s", m.Name, m.Index, hexList(m.Equal))
+	}
+	return ""
+}
 
 // Condition describes, for documentation, which calls the rule refuses: ""
 // when it refuses every call.
 func (r Rule) Condition() string {
-	m := r.Arg
-	switch {
-	case m.AnyOf != 0:
-		return fmt.Sprintf("when %s (argument %d) has any bit of %#x set", m.Name, m.Index, m.AnyOf)
-	case len(m.Except) > 0:
-		vals := make([]string, len(m.Except))
-		for i, v := range m.Except {
-			vals[i] = fmt.Sprintf("%#x", v)
-		}
-		return fmt.Sprintf("unless %s (argument %d) is one of %s", m.Name, m.Index, strings.Join(vals, ", "))
+	if len(r.Args) == 0 {
+		return ""
 	}
-	return ""
+	parts := make([]string, len(r.Args))
+	for i, m := range r.Args {
+		parts[i] = m.String()
+	}
+	return "when " + strings.Join(parts, " and ")
 }
 
 // Profile is a deny-list filter: the syscalls its rules name fail with the
@@ -73,7 +101,13 @@ type Profile struct{ rules []Rule }
 func (p Profile) Rules() []Rule {
 	out := make([]Rule, len(p.rules))
 	for i, r := range p.rules {
-		r.Arg.Except = append([]uint32(nil), r.Arg.Except...)
+		args := make([]ArgMatch, len(r.Args))
+		for j, m := range r.Args {
+			m.Except = append([]uint32(nil), m.Except...)
+			m.Equal = append([]uint32(nil), m.Equal...)
+			args[j] = m
+		}
+		r.Args = args
 		out[i] = r
 	}
 	return out
@@ -157,8 +191,8 @@ func Default() Profile {
 	rules = append(rules, Rule{
 		Syscall: "personality",
 		Errno:   unix.EPERM,
-		Arg: ArgMatch{Index: 0, Name: "persona",
-			Except: []uint32{perLinux, perLinux32, perUname26, perLinux32Uname, perQuery}},
+		Args: []ArgMatch{{Index: 0, Name: "persona",
+			Except: []uint32{perLinux, perLinux32, perUname26, perLinux32Uname, perQuery}}},
 		Reason: "other personas turn off address-space randomisation or make readable memory executable; " +
 			"PER_LINUX, PER_LINUX32, UNAME26 and the query stay allowed",
 	})
@@ -178,11 +212,39 @@ func Default() Profile {
 		rules = append(rules, Rule{
 			Syscall: name,
 			Errno:   unix.EPERM,
-			Arg:     ArgMatch{Index: 0, Name: "flags", AnyOf: unix.CLONE_NEWUSER},
+			Args:    []ArgMatch{{Index: 0, Name: "flags", AnyOf: unix.CLONE_NEWUSER}},
 			Reason: "CLONE_NEWUSER makes a user namespace in which the caller regains every capability, " +
 				"exposing kernel code that is otherwise out of reach",
 		})
 	}
+
+	// io_uring runs I/O on kernel threads on the process's behalf, outside
+	// this filter, and has been a steady source of kernel exploits.
+	// ENOSYS is what a kernel built without it answers: liburing, libuv and
+	// the Go and Rust runtimes then fall back to ordinary syscalls.
+	deny(unix.ENOSYS, "io_uring's operations run outside this filter and its code is a frequent exploit target; "+
+		"ENOSYS makes programs fall back to ordinary syscalls",
+		"io_uring_setup", "io_uring_enter", "io_uring_register")
+
+	// Socket families: what programs in a sandbox use (unix sockets, IPv4,
+	// IPv6 and routing netlink), nothing else. vsock is not namespaced (a
+	// sandbox could take the host's ports); packet, bluetooth, alg, tipc,
+	// rds, xdp and the rest are kernel attack surface no workload needs.
+	// EAFNOSUPPORT is what a kernel without the family answers.
+	rules = append(rules,
+		Rule{Syscall: "socket", Errno: unix.EAFNOSUPPORT,
+			Args: []ArgMatch{{Index: 0, Name: "domain", Except: []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}}},
+			Reason: "only unix, IPv4, IPv6 and netlink sockets: vsock is not namespaced, and the other families " +
+				"(packet, bluetooth, alg, tipc, rds, xdp, …) are kernel surface no workload needs"},
+		Rule{Syscall: "socket", Errno: unix.EPROTONOSUPPORT,
+			Args: []ArgMatch{{Index: 0, Name: "domain", Equal: []uint32{unix.AF_NETLINK}},
+				{Index: 2, Name: "protocol", Except: []uint32{unix.NETLINK_ROUTE, unix.NETLINK_SOCK_DIAG, unix.NETLINK_AUDIT}}},
+			Reason: "netlink only for routing (ip, ifconfig), socket diagnostics (ss) and audit (which the kernel refuses " +
+				"from a user namespace anyway): not netfilter, xfrm, generic or uevents"},
+		Rule{Syscall: "socketpair", Errno: unix.EAFNOSUPPORT,
+			Args:   []ArgMatch{{Index: 0, Name: "domain", Except: []uint32{unix.AF_UNIX}}},
+			Reason: "pairs of unix sockets only; no other family a sandbox may use makes pairs"},
+	)
 	return Profile{rules: rules}
 }
 
@@ -249,16 +311,20 @@ func (p Profile) Assemble() ([]unix.SockFilter, error) {
 	}
 	prog = append(prog, abiPrologue()...)
 
+	unconditional := map[string]bool{}
 	seen := map[string]bool{}
 	for _, r := range p.rules {
 		nr, known := table[r.Syscall]
 		if !known {
 			return nil, fmt.Errorf("seccomp: rule for %q: no such syscall in the %s table", r.Syscall, runtime.GOARCH)
 		}
-		if seen[r.Syscall] {
-			return nil, fmt.Errorf("seccomp: more than one rule for %q", r.Syscall)
+		// A rule that refuses every call would hide a later one, and one
+		// after it would never be reached.
+		if unconditional[r.Syscall] || (seen[r.Syscall] && len(r.Args) == 0) {
+			return nil, fmt.Errorf("seccomp: more than one rule for %q, and one of them has no argument match", r.Syscall)
 		}
 		seen[r.Syscall] = true
+		unconditional[r.Syscall] = len(r.Args) == 0
 		if r.Errno == 0 || uint32(r.Errno) > unix.SECCOMP_RET_DATA {
 			return nil, fmt.Errorf("seccomp: rule for %q: errno %d out of range", r.Syscall, r.Errno)
 		}
@@ -278,44 +344,95 @@ func (p Profile) Assemble() ([]unix.SockFilter, error) {
 	return prog, nil
 }
 
+// ins is one entry of a block being laid out: an instruction whose jump
+// targets may be labels, or (label set) the position of a label.
+type ins struct {
+	label  string
+	f      unix.SockFilter
+	jt, jf string // a label to jump to when true or false; "" falls through
+}
+
 // ruleBlock compiles one rule. It starts and ends with the syscall number in
-// the accumulator, so blocks chain.
+// the accumulator, so blocks chain:
+//
+//	nr == the rule's?   no: to end
+//	for each argument match: load the argument; no match: to nomatch
+//	return the errno
+//	nomatch: reload nr
+//	end:
 func ruleBlock(nr uint32, r Rule) ([]unix.SockFilter, error) {
-	m := r.Arg
-	if m.IsZero() {
+	if len(r.Args) == 0 {
 		return []unix.SockFilter{
 			jump(opJumpEq, nr, 0, 1),
 			retErrno(r.Errno),
 		}, nil
 	}
-	if m.Index < 0 || m.Index > 5 {
-		return nil, fmt.Errorf("argument index %d out of range", m.Index)
+	code := []ins{{f: jump(opJumpEq, nr, 0, 0), jf: "end"}}
+	for k, m := range r.Args {
+		if m.Index < 0 || m.Index > 5 {
+			return nil, fmt.Errorf("argument index %d out of range", m.Index)
+		}
+		if m.kinds() != 1 {
+			return nil, fmt.Errorf("argument match %d sets %d of AnyOf, Except and Equal, want one", k, m.kinds())
+		}
+		if len(m.Except) > 250 || len(m.Equal) > 250 {
+			return nil, fmt.Errorf("argument match %d: at most 250 values fit in a jump", k)
+		}
+		code = append(code, ins{f: stmt(opLoadWord, uint32(offArgs+8*m.Index))})
+		switch {
+		case m.AnyOf != 0: // any bit set: matched (fall through)
+			code = append(code, ins{f: jump(opJumpSet, m.AnyOf, 0, 0), jf: "nomatch"})
+		case len(m.Except) > 0: // an allowed value: no match
+			for _, v := range m.Except {
+				code = append(code, ins{f: jump(opJumpEq, v, 0, 0), jt: "nomatch"})
+			}
+		default: // one of the values: matched; none of them: no match
+			matched := fmt.Sprintf("matched%d", k)
+			for i, v := range m.Equal {
+				if i == len(m.Equal)-1 {
+					code = append(code, ins{f: jump(opJumpEq, v, 0, 0), jf: "nomatch"})
+				} else {
+					code = append(code, ins{f: jump(opJumpEq, v, 0, 0), jt: matched})
+				}
+			}
+			code = append(code, ins{label: matched})
+		}
 	}
-	if m.AnyOf != 0 && len(m.Except) > 0 {
-		return nil, fmt.Errorf("argument match sets both AnyOf and Except")
+	code = append(code,
+		ins{f: retErrno(r.Errno)},
+		ins{label: "nomatch"}, ins{f: stmt(opLoadWord, offNr)},
+		ins{label: "end"})
+	at := map[string]int{}
+	pc := 0
+	for _, c := range code {
+		if c.label != "" {
+			at[c.label] = pc
+		} else {
+			pc++
+		}
 	}
-	loadArg := stmt(opLoadWord, uint32(offArgs+8*m.Index))
-	reloadNr := stmt(opLoadWord, offNr)
-	if m.AnyOf != 0 {
-		// nr? -> load arg -> any bit? -> refuse; else reload nr.
-		return []unix.SockFilter{
-			jump(opJumpEq, nr, 0, 4),
-			loadArg,
-			jump(opJumpSet, m.AnyOf, 0, 1),
-			retErrno(r.Errno),
-			reloadNr,
-		}, nil
+	var prog []unix.SockFilter
+	for _, c := range code {
+		if c.label != "" {
+			continue
+		}
+		f := c.f
+		for _, j := range []struct {
+			label string
+			off   *uint8
+		}{{c.jt, &f.Jt}, {c.jf, &f.Jf}} {
+			if j.label == "" {
+				continue
+			}
+			off := at[j.label] - len(prog) - 1
+			if off < 0 || off > 255 {
+				return nil, fmt.Errorf("jump to %s out of reach", j.label)
+			}
+			*j.off = uint8(off)
+		}
+		prog = append(prog, f)
 	}
-	n := len(m.Except)
-	if n > 250 {
-		return nil, fmt.Errorf("%d allowed values, at most 250 fit in a jump", n)
-	}
-	// nr? -> load arg -> equal to an allowed value? -> reload nr; else refuse.
-	block := []unix.SockFilter{jump(opJumpEq, nr, 0, uint8(n+3)), loadArg}
-	for i, v := range m.Except {
-		block = append(block, jump(opJumpEq, v, uint8(n-i), 0))
-	}
-	return append(block, retErrno(r.Errno), reloadNr), nil
+	return prog, nil
 }
 
 // Install sets no_new_privs on every thread of the process, then installs

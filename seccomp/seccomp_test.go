@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -137,6 +138,24 @@ func TestDefaultDecisions(t *testing.T) {
 		{"bpf", call(unix.SYS_BPF), errnoAction(unix.EPERM)},
 		{"ptrace", call(unix.SYS_PTRACE, unix.PTRACE_TRACEME), errnoAction(unix.EPERM)},
 		{"setns", call(unix.SYS_SETNS), errnoAction(unix.EPERM)},
+		{"io_uring_setup", call(unix.SYS_IO_URING_SETUP, 8, 0), errnoAction(unix.ENOSYS)},
+		{"io_uring_enter", call(unix.SYS_IO_URING_ENTER), errnoAction(unix.ENOSYS)},
+		{"socket AF_INET", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, 0), allow},
+		{"socket AF_INET6 UDP", call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM, 0), allow},
+		{"socket AF_UNIX", call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0), allow},
+		{"socket AF_VSOCK", call(unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM, 0), errnoAction(unix.EAFNOSUPPORT)},
+		{"socket AF_PACKET", call(unix.SYS_SOCKET, unix.AF_PACKET, unix.SOCK_RAW, 0x300), errnoAction(unix.EAFNOSUPPORT)},
+		{"socket AF_ALG", call(unix.SYS_SOCKET, unix.AF_ALG, unix.SOCK_SEQPACKET, 0), errnoAction(unix.EAFNOSUPPORT)},
+		{"socket AF_BLUETOOTH", call(unix.SYS_SOCKET, unix.AF_BLUETOOTH, unix.SOCK_RAW, 0), errnoAction(unix.EAFNOSUPPORT)},
+		{"socket AF_TIPC", call(unix.SYS_SOCKET, unix.AF_TIPC, unix.SOCK_RDM, 0), errnoAction(unix.EAFNOSUPPORT)},
+		{"socket netlink route", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE), allow},
+		{"socket netlink sock_diag", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_SOCK_DIAG), allow},
+		{"socket netlink netfilter", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER), errnoAction(unix.EPROTONOSUPPORT)},
+		{"socket netlink uevents", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_KOBJECT_UEVENT), errnoAction(unix.EPROTONOSUPPORT)},
+		{"socket netlink generic", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_GENERIC), errnoAction(unix.EPROTONOSUPPORT)},
+		{"socket AF_INET with protocol 16", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_RAW, 16), allow},
+		{"socketpair AF_UNIX", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM, 0), allow},
+		{"socketpair AF_TIPC", call(unix.SYS_SOCKETPAIR, unix.AF_TIPC, unix.SOCK_STREAM, 0), errnoAction(unix.EAFNOSUPPORT)},
 		{"wrong arch", seccompData{nr: unix.SYS_GETPID, arch: unix.AUDIT_ARCH_I386}, unix.SECCOMP_RET_KILL_PROCESS},
 		{"wrong arch, denied number", seccompData{nr: unix.SYS_MOUNT, arch: unix.AUDIT_ARCH_ARM}, unix.SECCOMP_RET_KILL_PROCESS},
 	} {
@@ -158,39 +177,82 @@ func TestX32IsRefused(t *testing.T) {
 	}
 }
 
+// matches says, the way the filter should, whether argument value v
+// matches m (low 32 bits).
+func matches(m ArgMatch, v uint64) bool {
+	w := uint32(v)
+	switch {
+	case m.AnyOf != 0:
+		return w&m.AnyOf != 0
+	case len(m.Except) > 0:
+		return !slices.Contains(m.Except, w)
+	default:
+		return slices.Contains(m.Equal, w)
+	}
+}
+
+// expect is the profile's decision for d, worked out from its rules
+// without the BPF program: the first rule that matches decides.
+func expect(p Profile, table map[string]int, d seccompData) uint32 {
+	for _, r := range p.Rules() {
+		if nr := table[r.Syscall]; nr == absent || int32(nr) != d.nr {
+			continue
+		}
+		all := true
+		for _, m := range r.Args {
+			all = all && matches(m, d.args[m.Index])
+		}
+		if all {
+			return errnoAction(r.Errno)
+		}
+	}
+	return allow
+}
+
+// values are argument values that match m and that do not.
+func values(m ArgMatch) (hit, miss []uint32) {
+	switch {
+	case m.AnyOf != 0:
+		return []uint32{m.AnyOf, m.AnyOf | 1<<31}, []uint32{^m.AnyOf, 0}
+	case len(m.Except) > 0:
+		return []uint32{0x1234, 0xffffffff}, m.Except
+	default:
+		return m.Equal, []uint32{0x1234}
+	}
+}
+
 // TestEveryRuleIsEnforced checks each rule of the default profile against
-// the assembled program, so a rule cannot be documented and not compiled.
+// the assembled program: for every argument match, calls whose argument
+// matches it and calls whose argument does not, with the other arguments
+// set to match theirs; the program must decide as the rules say, and each
+// rule must be what refuses its fully matching call. So a rule cannot be
+// documented and not compiled.
 func TestEveryRuleIsEnforced(t *testing.T) {
-	prog := mustAssemble(t, Default())
+	p := Default()
+	prog := mustAssemble(t, p)
 	table := syscallTable()
-	for _, r := range Default().Rules() {
+	for _, r := range p.Rules() {
 		nr := table[r.Syscall]
 		if nr == absent {
 			continue
 		}
-		refused := errnoAction(r.Errno)
-		check := func(what string, d seccompData, want uint32) {
-			t.Helper()
-			if got := evaluate(t, prog, d); got != want {
-				t.Errorf("%s %s: %s, want %s", r.Syscall, what, actionName(got), actionName(want))
-			}
+		base := call(nr, 1, 2, 3, 4, 5, 6)
+		for _, m := range r.Args {
+			hit, _ := values(m)
+			base.args[m.Index] = uint64(hit[0])
 		}
-		arg := func(v uint32) seccompData {
-			d := call(nr)
-			d.args[r.Arg.Index] = uint64(v)
-			return d
+		if got := evaluate(t, prog, base); got != errnoAction(r.Errno) {
+			t.Errorf("%s %s: %s, want %s", r.Syscall, r.Condition(), actionName(got), actionName(errnoAction(r.Errno)))
 		}
-		switch {
-		case r.Arg.AnyOf != 0:
-			check("with the bits", arg(r.Arg.AnyOf), refused)
-			check("without the bits", arg(^r.Arg.AnyOf), allow)
-		case len(r.Arg.Except) > 0:
-			for _, v := range r.Arg.Except {
-				check("with an allowed value", arg(v), allow)
+		for _, m := range r.Args {
+			hit, miss := values(m)
+			for _, v := range append(hit, miss...) {
+				d := base
+				d.args[m.Index] = uint64(v)
+				if got, want := evaluate(t, prog, d), expect(p, table, d); got != want {
+					t.Errorf("%s with %s = %#x: %s, want %s", r.Syscall, m.Name, v, actionName(got), actionName(want))
+				}
 			}
-			check("with another value", arg(0x1234), refused)
-		default:
-			check("", call(nr, 1, 2, 3, 4, 5, 6), refused)
 		}
 	}
 }
@@ -216,10 +278,15 @@ func TestAssembleRejectsBadRules(t *testing.T) {
 	for name, rules := range map[string][]Rule{
 		"unknown syscall": {{Syscall: "no_such_call", Errno: unix.EPERM}},
 		"duplicate":       {{Syscall: "mount", Errno: unix.EPERM}, {Syscall: "mount", Errno: unix.EACCES}},
+		"hidden by an unconditional rule": {{Syscall: "clone", Errno: unix.EPERM},
+			{Syscall: "clone", Errno: unix.EPERM, Args: []ArgMatch{{AnyOf: 1}}}},
+		"after a conditional one, unconditional": {{Syscall: "clone", Errno: unix.EPERM, Args: []ArgMatch{{AnyOf: 1}}},
+			{Syscall: "clone", Errno: unix.EPERM}},
 		"errno 0":         {{Syscall: "mount"}},
 		"errno too large": {{Syscall: "mount", Errno: 0x10000}},
-		"argument 6":      {{Syscall: "clone", Errno: unix.EPERM, Arg: ArgMatch{Index: 6, AnyOf: 1}}},
-		"both matches":    {{Syscall: "clone", Errno: unix.EPERM, Arg: ArgMatch{AnyOf: 1, Except: []uint32{0}}}},
+		"argument 6":      {{Syscall: "clone", Errno: unix.EPERM, Args: []ArgMatch{{Index: 6, AnyOf: 1}}}},
+		"two kinds":       {{Syscall: "clone", Errno: unix.EPERM, Args: []ArgMatch{{AnyOf: 1, Except: []uint32{0}}}}},
+		"no kind":         {{Syscall: "clone", Errno: unix.EPERM, Args: []ArgMatch{{Index: 1}}}},
 	} {
 		if _, err := (Profile{rules: rules}).Assemble(); err == nil {
 			t.Errorf("%s: Assemble accepted it", name)
@@ -233,19 +300,26 @@ func TestRulesAreDocumentedCopies(t *testing.T) {
 		if r.Reason == "" {
 			t.Errorf("rule for %s has no reason", r.Syscall)
 		}
-		if r.Arg.IsZero() != (r.Condition() == "") {
-			t.Errorf("rule for %s: condition %q does not match its argument match", r.Syscall, r.Condition())
+		if (len(r.Args) == 0) != (r.Condition() == "") {
+			t.Errorf("rule for %s: condition %q does not match its argument matches", r.Syscall, r.Condition())
 		}
 	}
 	for i := range rules {
-		if len(rules[i].Arg.Except) > 0 {
-			rules[i].Arg.Except[0] = 0x1234
+		for j := range rules[i].Args {
+			if len(rules[i].Args[j].Except) > 0 {
+				rules[i].Args[j].Except[0] = 0x1234
+			}
 		}
 		rules[i].Syscall = "changed"
 	}
 	for _, r := range Default().Rules() {
-		if r.Syscall == "changed" || (len(r.Arg.Except) > 0 && r.Arg.Except[0] == 0x1234) {
+		if r.Syscall == "changed" {
 			t.Fatal("changing what Rules returned changed the profile")
+		}
+		for _, m := range r.Args {
+			if len(m.Except) > 0 && m.Except[0] == 0x1234 {
+				t.Fatal("changing what Rules returned changed the profile")
+			}
 		}
 	}
 }
@@ -334,6 +408,19 @@ func installChild() {
 	res["clone3"] = rawResult(unix.Syscall(unix.SYS_CLONE3, 0, 0, 0))
 	res["personality ADDR_NO_RANDOMIZE"] = rawResult(unix.Syscall(unix.SYS_PERSONALITY, addrNoRandomize, 0, 0))
 	res["personality query"] = rawResult(unix.Syscall(unix.SYS_PERSONALITY, 0xffffffff, 0, 0))
+	res["io_uring_setup"] = rawResult(unix.Syscall(unix.SYS_IO_URING_SETUP, 8, 0, 0))
+	socket := func(domain, typ, proto int) string {
+		fd, err := unix.Socket(domain, typ|unix.SOCK_CLOEXEC, proto)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(err)
+	}
+	res["socket AF_INET"] = socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+	res["socket AF_VSOCK"] = socket(unix.AF_VSOCK, unix.SOCK_STREAM, 0)
+	res["socket AF_ALG"] = socket(unix.AF_ALG, unix.SOCK_SEQPACKET, 0)
+	res["socket netlink route"] = socket(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE)
+	res["socket netlink netfilter"] = socket(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER)
 
 	res["ForkExec /bin/true"] = forkExecTrue(nil)
 	res["ForkExec with CLONE_NEWUSER"] = forkExecTrue(&syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER})
@@ -469,6 +556,12 @@ func TestInstallRefusesInEveryThreadAndChild(t *testing.T) {
 		"clone3":                        "ENOSYS",
 		"personality ADDR_NO_RANDOMIZE": "EPERM",
 		"personality query":             "ok",
+		"io_uring_setup":                "ENOSYS",
+		"socket AF_INET":                "ok",
+		"socket AF_VSOCK":               "EAFNOSUPPORT",
+		"socket AF_ALG":                 "EAFNOSUPPORT",
+		"socket netlink route":          "ok",
+		"socket netlink netfilter":      "EPROTONOSUPPORT",
 		"ForkExec /bin/true":            "ok",
 		"ForkExec with CLONE_NEWUSER":   "EPERM",
 		"exec probe":                    "Seccomp=2 NoNewPrivs=1 mount=EPERM",

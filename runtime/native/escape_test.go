@@ -93,6 +93,10 @@ func TestEscapes(t *testing.T) {
 		{"pivot_root", sys(unix.SYS_PIVOT_ROOT, `b'/tmp'`, `b'/tmp'`), "", prints(eperm)},
 		// The guest (PID 1) and its control channel.
 		{"read init's fds", "readlink /proc/1/fd/3", "", fails},
+		{"open init's fds", "for f in /proc/1/fd/*; do cat $f </dev/null && exit 0; done; exit 1", "", fails},
+		{"read init's fd details", "cat /proc/1/fdinfo/0", "", fails},
+		{"stop the guest with signals", "for s in TERM INT HUP QUIT USR1 USR2 ABRT SEGV BUS ALRM PIPE TSTP SYS; do kill -$s 1; done; " +
+			"sleep 0.3; kill -0 1 && echo alive", "", prints("alive")},
 		{"read init's environment", "cat /proc/1/environ", "", fails},
 		{"read init's memory map", "cat /proc/1/maps", "", fails},
 		{"write the guest binary via /proc/1/exe", "echo x >> /proc/1/exe", "", fails},
@@ -132,6 +136,11 @@ func TestEscapes(t *testing.T) {
 		{"host loopback service", "timeout 3 bash -c 'echo > /dev/tcp/127.0.0.1/" + hostPort + "'", "", fails},
 		{"another sandbox's loopback service", "timeout 3 bash -c 'echo > /dev/tcp/127.0.0.1/8765'", "", fails},
 		{"any network interface but lo", "ls /sys/class/net | grep -v '^lo$' | wc -l", "", prints("0")},
+		{"vsock (not namespaced: would take the host's port)", `python3 -c "import socket; s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM); s.bind((socket.VMADDR_CID_ANY, 47123))"`, "", fails},
+		{"vsock errno", sys(unix.SYS_SOCKET, fmt.Sprint(unix.AF_VSOCK), fmt.Sprint(unix.SOCK_STREAM), "0"), "", prints(fmt.Sprint(int(unix.EAFNOSUPPORT)))},
+		{"kernel crypto socket", `python3 -c "import socket; socket.socket(socket.AF_ALG, socket.SOCK_SEQPACKET)"`, "", fails},
+		{"netfilter netlink", sys(unix.SYS_SOCKET, fmt.Sprint(unix.AF_NETLINK), fmt.Sprint(unix.SOCK_RAW), fmt.Sprint(unix.NETLINK_NETFILTER)), "", prints(fmt.Sprint(int(unix.EPROTONOSUPPORT)))},
+		{"io_uring", sys(unix.SYS_IO_URING_SETUP, "8", "0"), "", prints(fmt.Sprint(int(unix.ENOSYS)))},
 		// Identity, privileges and descriptors.
 		{"host processes", "ps -e --no-headers | wc -l", "", func(r guestapi.Result) bool {
 			n := strings.TrimSpace(string(r.Stdout))
@@ -191,5 +200,28 @@ func TestEscapes(t *testing.T) {
 	// After all of it, the sandbox still answers.
 	if got := runtimetest.Sh(t, sb, "echo still-here"); got != "still-here" {
 		t.Fatalf("sandbox broken after the attacks: %q", got)
+	}
+}
+
+// TestWhatTheFilterLeaves: the socket families and signals a workload needs
+// still work after the hardening: IPv4 and IPv6 sockets, routing netlink
+// (what ip and getifaddrs use), and SIGPIPE, SIGTERM and SIGINT in the
+// workload's own processes (the guest catches them, it does not ignore
+// them, so children keep the defaults).
+func TestWhatTheFilterLeaves(t *testing.T) {
+	h, _ := harness(t)
+	sb := runtimetest.Create(t, h, runtime.Spec{})
+	for _, tc := range []struct{ name, script, want string }{
+		{"inet sockets", `python3 -c "import socket; socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); s = socket.socket(); s.bind(('127.0.0.1', 0)); print('ok')"`, "ok"},
+		{"routing netlink", `python3 -c "import socket; s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0); s.bind((0, 0)); print('ok')"`, "ok"},
+		{"interfaces via netlink", `python3 -c "import socket; print(sorted(n for _, n in socket.if_nameindex()))"`, "['lo']"},
+		{"SIGPIPE ends a writer", "yes | head -c 1 >/dev/null; echo ${PIPESTATUS[0]}", "141"},
+		{"SIGTERM ends a process", "sleep 30 & kill -TERM $!; wait $!; echo $?", "143"},
+		{"SIGINT is not ignored", "grep -E '^SigIgn' /proc/self/status | cut -f2", "0000000000000000"},
+	} {
+		r := runtimetest.Exec(t, sb, guestapi.ProcessSpec{Args: []string{"/bin/bash", "-c", tc.script}, User: "root"})
+		if got := strings.TrimSpace(string(r.Stdout)); got != tc.want {
+			t.Errorf("%s: %q (stderr %q), want %q", tc.name, got, r.Stderr, tc.want)
+		}
 	}
 }
