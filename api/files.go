@@ -323,6 +323,9 @@ const (
 	MaxGrepResults = 100000
 )
 
+// ActingUser is the user a request acts as ("" for the sandbox's).
+func (w Where) ActingUser() string { return w.User }
+
 // Defaults fills the user and working directory a request leaves out;
 // every file request embeds Where, so each has this method.
 func (w *Where) Defaults(user, cwd string) {

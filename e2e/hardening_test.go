@@ -8,7 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/client"
+	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/internal/testutil"
 )
 
@@ -67,5 +71,74 @@ func TestRemoteListenNeedsTheFlag(t *testing.T) {
 	out, err := exec.Command(testutil.Berth(t), "serve", "--state-dir", testutil.StateDir(t), "--listen", "0.0.0.0:0").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--insecure-remote-api") || !strings.Contains(string(out), "not a loopback address") {
 		t.Fatalf("serve on 0.0.0.0: %v\n%s", err, out)
+	}
+}
+
+// TestLooseEnds covers the small findings of the hardening review, each
+// against the real daemon.
+func TestLooseEnds(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An id outside the sandbox's mapping is refused, naming the field.
+	for _, user := range []string{"65536", "0:70000", "4294967295"} {
+		_, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"id"}, User: user})
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "user") || !strings.Contains(err.Error(), "not mapped") {
+			t.Errorf("exec as %s: %v", user, err)
+		}
+		if _, err := d.client.Stat(ctx, sb.ID, api.StatRequest{Path: "/", Where: api.Where{User: user}}); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("stat as %s: %v", user, err)
+		}
+	}
+	if _, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{User: "65536"}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("create with user 65536: %v", err)
+	}
+	if r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"id", "-u"}, User: "65534", Cwd: "/"}); err != nil || string(r.Stdout) != "65534\n" {
+		t.Errorf("a mapped id: %+v %v", r, err)
+	}
+	// A user who cannot enter the default workdir is told so, not that the
+	// program cannot be run.
+	r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"id"}, User: "nobody"})
+	if err != nil || r.ExitCode != 126 || !strings.Contains(r.Error, "cwd") || !strings.Contains(r.Error, "/home/user") {
+		t.Errorf("exec as nobody in /home/user: %+v %v", r, err)
+	}
+	if r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"id", "-un"}, User: "nobody", Cwd: "/tmp"}); err != nil || string(r.Stdout) != "nobody\n" {
+		t.Errorf("exec as nobody in /tmp: %+v %v", r, err)
+	}
+	// An upload's setuid and setgid bits are kept.
+	mode := uint32(0o4755)
+	fi, err := d.client.Upload(ctx, sb.ID, "suid", strings.NewReader("#!/bin/sh\n"), client.FileOptions{Mode: &mode})
+	if err != nil || fi.Mode != 0o4755 {
+		t.Errorf("upload with mode 4755: %+v %v", fi, err)
+	}
+	// What 0 means is what the message says.
+	_, err = d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Limits: api.Limits{Pids: 10}})
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "daemon's default") {
+		t.Errorf("pids 10: %v", err)
+	}
+	// A sandbox deleted while an exec runs answers the exec with not_found,
+	// not with unavailable (a class that says "retry").
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "30"}})
+		done <- err
+	}()
+	waitFor(t, 10*time.Second, func() bool {
+		ps, _ := d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "pgrep -x sleep"})
+		return ps.ExitCode == 0
+	})
+	if err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "deleted") {
+			t.Errorf("exec in a sandbox deleted meanwhile: %v (class %s)", err, errdefs.ClassOf(err))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the exec did not end with its sandbox")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -140,7 +141,9 @@ func prepare(b guestapi.Bootstrap, log *slog.Logger) (net.Listener, error) {
 	if err := loopbackUp(); err != nil {
 		return fail(err)
 	}
-	ignoreSignalsFromInside()
+	if err := ignoreSignalsFromInside(); err != nil {
+		return fail(err)
+	}
 	// The guest holds the control listener: nothing inside may read its memory
 	// or descriptors (ptrace and /proc/1/fd need it dumpable).
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -163,28 +166,55 @@ func prepare(b guestapi.Bootstrap, log *slog.Logger) (net.Listener, error) {
 	return ln, nil
 }
 
-// insideSignals are the signals whose default Go behaviour (exit, a
-// goroutine dump into the guest's log, a crash) would let root inside stop
-// its own sandbox with `kill -TERM 1` or write to the host-side log. SIGKILL
-// and SIGSTOP cannot be sent to a PID namespace's init from inside it; the
-// runtime's SIGKILL from outside still ends the guest.
-var insideSignals = []os.Signal{
-	unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP, unix.SIGABRT, unix.SIGBUS, unix.SIGFPE,
-	unix.SIGUSR1, unix.SIGSEGV, unix.SIGUSR2, unix.SIGPIPE, unix.SIGALRM, unix.SIGTERM, unix.SIGSTKFLT,
-	unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM, unix.SIGPROF,
-	unix.SIGIO, unix.SIGPWR, unix.SIGSYS,
+// ignoreSignalsFromInside makes the guest take no action on any signal a
+// process inside could send it: Go's default for many (exit, a goroutine
+// dump into the guest's log, a crash) would let root inside stop its own
+// sandbox with `kill -TERM 1` or write to the host-side log. The signals
+// are caught into a channel nobody reads (os/signal drops what does not
+// fit), not set to SIG_IGN: an ignored disposition is inherited by every
+// process the guest starts, and a workload must get SIGPIPE, SIGINT and
+// SIGTERM as usual. For the same reason a disposition ignored when the
+// guest started (make, for one, starts its children with the real-time
+// signals 32 and 33 ignored) is set back to the default: once nothing may
+// pass an ignored signal on. A synchronous signal the guest causes itself
+// (a real SIGSEGV) still crashes it, as Go handles those apart from sent
+// ones; SIGKILL and SIGSTOP cannot reach a PID namespace's init from
+// inside, and the runtime's SIGKILL from outside still ends it.
+func ignoreSignalsFromInside() error {
+	var sigs []os.Signal
+	for sig := unix.Signal(1); sig <= 64; sig++ {
+		switch sig {
+		case unix.SIGKILL, unix.SIGSTOP, unix.SIGURG, unix.SIGCHLD: // the kernel's, Go's preemption, the reaper's
+			continue
+		}
+		sigs = append(sigs, sig)
+	}
+	signal.Notify(make(chan os.Signal, 1), sigs...)
+	for _, sig := range sigs {
+		var old sigaction
+		s := uintptr(sig.(unix.Signal))
+		if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, s, 0, uintptr(unsafe.Pointer(&old)), 8, 0, 0); e != 0 {
+			continue // a number this kernel does not have
+		}
+		if old.handler == sigIgn {
+			dfl := sigaction{}
+			if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, s, uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0); e != 0 {
+				return fmt.Errorf("reset signal %d: %w", s, e)
+			}
+		}
+	}
+	return nil
 }
 
-// ignoreSignalsFromInside makes the guest take no action on the signals a
-// process inside could send it. They are caught into a channel nobody reads
-// (os/signal drops what does not fit), not set to SIG_IGN: an ignored
-// disposition would be inherited by every process the guest starts, and a
-// workload must get SIGPIPE, SIGINT and SIGTERM as usual. A synchronous
-// signal the guest causes itself (a real SIGSEGV) still crashes it, as Go
-// handles those apart from sent ones.
-func ignoreSignalsFromInside() {
-	signal.Notify(make(chan os.Signal, 1), insideSignals...)
+// sigaction is the kernel's struct sigaction on amd64 and arm64.
+type sigaction struct {
+	handler  uintptr
+	flags    uint64
+	restorer uintptr
+	mask     uint64
 }
+
+const sigIgn = 1 // SIG_IGN
 
 // listen opens the control listener at addr ("unix:PATH"). The socket is
 // bound through a descriptor of its directory, so that a long path cannot

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strconv"
@@ -89,7 +90,7 @@ func (f fileServer) upload(w http.ResponseWriter, r *http.Request) error {
 
 func (f fileServer) archive(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/x-tar")
-	return f.fs.WriteArchive(where(r), r.URL.Query().Get("path"), w)
+	return f.fs.WriteArchive(r.Context(), where(r), r.URL.Query().Get("path"), w)
 }
 
 func (f fileServer) extract(w http.ResponseWriter, r *http.Request) error {
@@ -102,11 +103,17 @@ func (f fileServer) extract(w http.ResponseWriter, r *http.Request) error {
 
 // call decodes an op's request, runs it and writes its result.
 func call[Req any, Res any](w http.ResponseWriter, r *http.Request, fn func(Req) (Res, error)) error {
+	return callCtx(w, r, func(_ context.Context, req Req) (Res, error) { return fn(req) })
+}
+
+// callCtx is call for an operation that walks a tree: it stops when the
+// request's context ends (the daemon's caller went away).
+func callCtx[Req any, Res any](w http.ResponseWriter, r *http.Request, fn func(context.Context, Req) (Res, error)) error {
 	var req Req
 	if err := decodeBody(w, r, maxFSBody, &req); err != nil {
 		return err
 	}
-	res, err := fn(req)
+	res, err := fn(r.Context(), req)
 	if err != nil {
 		return err
 	}
@@ -121,17 +128,19 @@ func (f fileServer) op(w http.ResponseWriter, r *http.Request) error {
 	case guestapi.OpExists:
 		return call(w, r, fs.Exists)
 	case guestapi.OpList:
-		return call(w, r, fs.List)
+		return callCtx(w, r, fs.List)
 	case guestapi.OpMkdir:
 		return call(w, r, fs.Mkdir)
 	case guestapi.OpMove:
 		return call(w, r, fs.Move)
 	case guestapi.OpRemove:
-		return call(w, r, func(req guestapi.RemoveRequest) (struct{}, error) { return struct{}{}, fs.Remove(req) })
+		return callCtx(w, r, func(ctx context.Context, req guestapi.RemoveRequest) (struct{}, error) {
+			return struct{}{}, fs.Remove(ctx, req)
+		})
 	case guestapi.OpChmod:
 		return call(w, r, fs.Chmod)
 	case guestapi.OpChown:
-		return call(w, r, fs.Chown)
+		return callCtx(w, r, fs.Chown)
 	case guestapi.OpRead:
 		return call(w, r, fs.Read)
 	case guestapi.OpWrite:
@@ -139,9 +148,9 @@ func (f fileServer) op(w http.ResponseWriter, r *http.Request) error {
 	case guestapi.OpEdit:
 		return call(w, r, fs.Edit)
 	case guestapi.OpGlob:
-		return call(w, r, fs.Glob)
+		return callCtx(w, r, fs.Glob)
 	case guestapi.OpGrep:
-		return call(w, r, fs.Grep)
+		return callCtx(w, r, fs.Grep)
 	case guestapi.OpUpload:
 		return call(w, r, func(req guestapi.UploadRequest) (guestapi.UploadResult, error) { return fs.UploadBatch(req), nil })
 	case guestapi.OpDownload:

@@ -48,7 +48,7 @@ func (m *Manager) ExecStream(ctx context.Context, tenant, id string, req api.Exe
 // execStream is ExecStream; batch lets the guest send the events in one go
 // at the end, for a caller that waits for the result anyway.
 func (m *Manager) execStream(ctx context.Context, tenant, id string, req api.ExecRequest, batch bool, emit func(api.ExecEvent) error) error {
-	if err := validateExec(req); err != nil {
+	if err := m.validateExec(req); err != nil {
 		return err
 	}
 	ls, err := m.guest(ctx, tenant, id)
@@ -61,10 +61,10 @@ func (m *Manager) execStream(ctx context.Context, tenant, id string, req api.Exe
 	before, known := m.oomKills(ctx, ls, id)
 	st, err := ls.guest.Exec(ctx, spec)
 	if err != nil {
-		return err
+		return m.gone(id, err)
 	}
 	defer st.Close() // closing early makes the guest kill the process group
-	return pump(id, st, spec.MaxOutputBytes, func(ev api.ExecEvent) error {
+	return m.gone(id, pump(id, st, spec.MaxOutputBytes, func(ev api.ExecEvent) error {
 		switch ev.Type {
 		case api.EventStart:
 			m.emit(id, api.ProcessStarted, func(e *api.SandboxEvent) { e.Pid = ev.Pid })
@@ -73,7 +73,7 @@ func (m *Manager) execStream(ctx context.Context, tenant, id string, req api.Exe
 			m.emitExit(id, ev.Result)
 		}
 		return emit(ev)
-	})
+	}))
 }
 
 // streaming counts an open stream as activity for as long as it is open;
@@ -135,7 +135,7 @@ func relay(id string, ev guestapi.Event, limit int64, sent *[2]int64) (api.ExecE
 
 // StartProcess starts a background process.
 func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req api.ExecRequest) (api.Process, error) {
-	if err := validateExec(req); err != nil {
+	if err := m.validateExec(req); err != nil {
 		return api.Process{}, err
 	}
 	ls, err := m.guest(ctx, tenant, id)
@@ -145,7 +145,7 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req api.E
 	before, known := m.oomKills(ctx, ls, id)
 	info, err := ls.guest.Start(ctx, processSpec(m.specOf(ls), req))
 	if err != nil {
-		return api.Process{}, err
+		return api.Process{}, m.gone(id, err)
 	}
 	if known {
 		ls.rememberStart(info.Pid, before)
@@ -164,7 +164,7 @@ func (m *Manager) ListProcesses(ctx context.Context, tenant, id string) ([]api.P
 	}
 	infos, err := ls.guest.List(ctx)
 	if err != nil {
-		return nil, err
+		return nil, m.gone(id, err)
 	}
 	out := make([]api.Process, 0, len(infos))
 	for _, p := range infos {
@@ -183,7 +183,7 @@ func (m *Manager) GetProcess(ctx context.Context, tenant, id string, pid int) (a
 	}
 	info, err := ls.guest.Get(ctx, pid)
 	if err != nil {
-		return api.Process{}, err
+		return api.Process{}, m.gone(id, err)
 	}
 	p := processToAPI(info)
 	m.explainBackground(ctx, id, ls, pid, p.Result)
@@ -199,15 +199,15 @@ func (m *Manager) ProcessOutput(ctx context.Context, tenant, id string, pid int,
 	defer m.streaming(ls)()
 	st, err := ls.guest.Output(ctx, pid, follow)
 	if err != nil {
-		return err
+		return m.gone(id, err)
 	}
 	defer st.Close()
-	return pump(id, st, maxOutput, func(ev api.ExecEvent) error {
+	return m.gone(id, pump(id, st, maxOutput, func(ev api.ExecEvent) error {
 		if ev.Type == api.EventExit {
 			m.explainBackground(ctx, id, ls, pid, ev.Result)
 		}
 		return emit(ev)
-	})
+	}))
 }
 
 // WaitProcess waits for a process to end.
@@ -218,7 +218,7 @@ func (m *Manager) WaitProcess(ctx context.Context, tenant, id string, pid int, t
 	}
 	r, err := ls.guest.Wait(ctx, pid, timeout)
 	if err != nil {
-		return api.ExecResult{}, err
+		return api.ExecResult{}, m.gone(id, err)
 	}
 	res := resultToAPI(r)
 	m.explainBackground(ctx, id, ls, pid, &res)
@@ -235,7 +235,7 @@ func (m *Manager) SignalProcess(ctx context.Context, tenant, id string, pid int,
 	if err != nil {
 		return err
 	}
-	return ls.guest.Signal(ctx, pid, int(sig))
+	return m.gone(id, ls.guest.Signal(ctx, pid, int(sig)))
 }
 
 // RemoveProcess forgets a finished process.
@@ -244,7 +244,7 @@ func (m *Manager) RemoveProcess(ctx context.Context, tenant, id string, pid int)
 	if err != nil {
 		return err
 	}
-	return ls.guest.Remove(ctx, pid)
+	return m.gone(id, ls.guest.Remove(ctx, pid))
 }
 
 // explainBackground sets OOMKilled on a background process's result and,

@@ -55,12 +55,22 @@ var fsOps = map[string]fsOp{
 	api.OpDownload: fsCall(guestapi.OpDownload, downloadToGuest, downloadResultToAPI),
 }
 
-// where is the acting user and working directory of a file request: what
-// the request names, else the sandbox's defaults.
-func (m *Manager) where(ls *liveSandbox, w api.Where) guestapi.Where {
+// fileGuest is the live sandbox of a file request and its acting user and
+// working directory: what the request names (checked), else the sandbox's
+// defaults.
+func (m *Manager) fileGuest(ctx context.Context, tenant, id string, w api.Where) (*liveSandbox, guestapi.Where, error) {
+	if w.User != "" {
+		if err := m.checkUser("user", w.User); err != nil {
+			return nil, guestapi.Where{}, err
+		}
+	}
+	ls, err := m.guest(ctx, tenant, id)
+	if err != nil {
+		return nil, guestapi.Where{}, err
+	}
 	spec := m.specOf(ls)
 	w.Defaults(spec.User, spec.Workdir)
-	return whereToGuest(w)
+	return ls, whereToGuest(w), nil
 }
 
 // FS runs file operation op (api.Op*) in a running sandbox: req is the op's
@@ -71,27 +81,33 @@ func (m *Manager) FS(ctx context.Context, tenant, id, op string, req any) (any, 
 	if !ok {
 		return nil, errdefs.New(errdefs.NotFound, "file operation %q: no such operation", op)
 	}
+	if w, ok := req.(interface{ ActingUser() string }); ok && w.ActingUser() != "" {
+		if err := m.checkUser("user", w.ActingUser()); err != nil {
+			return nil, err
+		}
+	}
 	ls, err := m.guest(ctx, tenant, id)
 	if err != nil {
 		return nil, err
 	}
 	spec := m.specOf(ls)
 	defer m.streaming(ls)()
-	return call(ctx, ls.guest, req, spec.User, spec.Workdir)
+	res, err := call(ctx, ls.guest, req, spec.User, spec.Workdir)
+	return res, m.gone(id, err)
 }
 
 // Download streams a file out of a sandbox to w; size is announced first
 // through setSize (-1 if the guest gave none).
 func (m *Manager) Download(ctx context.Context, tenant, id string, where api.Where, path string, setSize func(int64)) (io.ReadCloser, error) {
-	ls, err := m.guest(ctx, tenant, id)
+	ls, w, err := m.fileGuest(ctx, tenant, id, where)
 	if err != nil {
 		return nil, err
 	}
 	done := m.streaming(ls)
-	body, size, err := ls.guest.Download(ctx, m.where(ls, where), path)
+	body, size, err := ls.guest.Download(ctx, w, path)
 	if err != nil {
 		done()
-		return nil, err
+		return nil, m.gone(id, err)
 	}
 	setSize(size)
 	return &activeReader{ReadCloser: body, done: done}, nil
@@ -99,52 +115,52 @@ func (m *Manager) Download(ctx context.Context, tenant, id string, where api.Whe
 
 // Upload streams body (size bytes, -1 if unknown) into a file of a sandbox.
 func (m *Manager) Upload(ctx context.Context, tenant, id string, where api.Where, path string, mode *uint32, createOnly bool, body io.Reader, size int64) (api.FileInfo, error) {
-	ls, err := m.guest(ctx, tenant, id)
+	ls, w, err := m.fileGuest(ctx, tenant, id, where)
 	if err != nil {
 		return api.FileInfo{}, err
 	}
 	defer m.streaming(ls)()
-	fi, err := ls.guest.Upload(ctx, m.where(ls, where), path, mode, createOnly, body, size)
-	return fileInfoToAPI(fi), err
+	fi, err := ls.guest.Upload(ctx, w, path, mode, createOnly, body, size)
+	return fileInfoToAPI(fi), m.gone(id, err)
 }
 
 // Archive streams a tar of a path out of a sandbox.
 func (m *Manager) Archive(ctx context.Context, tenant, id string, where api.Where, path string) (io.ReadCloser, error) {
-	ls, err := m.guest(ctx, tenant, id)
+	ls, w, err := m.fileGuest(ctx, tenant, id, where)
 	if err != nil {
 		return nil, err
 	}
 	done := m.streaming(ls)
-	body, err := ls.guest.Archive(ctx, m.where(ls, where), path)
+	body, err := ls.guest.Archive(ctx, w, path)
 	if err != nil {
 		done()
-		return nil, err
+		return nil, m.gone(id, err)
 	}
 	return &activeReader{ReadCloser: body, done: done}, nil
 }
 
 // Extract unpacks a tar stream into a directory of a sandbox.
 func (m *Manager) Extract(ctx context.Context, tenant, id string, where api.Where, path string, body io.Reader, size int64) (api.ArchiveResult, error) {
-	ls, err := m.guest(ctx, tenant, id)
+	ls, w, err := m.fileGuest(ctx, tenant, id, where)
 	if err != nil {
 		return api.ArchiveResult{}, err
 	}
 	defer m.streaming(ls)()
-	res, err := ls.guest.Extract(ctx, m.where(ls, where), path, body, size)
-	return archiveResultToAPI(res), err
+	res, err := ls.guest.Extract(ctx, w, path, body, size)
+	return archiveResultToAPI(res), m.gone(id, err)
 }
 
 // Watch relays changes under a directory of a sandbox to emit until ctx
 // ends or the directory goes; ready is called once the watch is on.
 func (m *Manager) Watch(ctx context.Context, tenant, id string, where api.Where, path string, recursive bool, ready func() error, emit func(api.WatchEvent) error) error {
-	ls, err := m.guest(ctx, tenant, id)
+	ls, w, err := m.fileGuest(ctx, tenant, id, where)
 	if err != nil {
 		return err
 	}
 	defer m.streaming(ls)()
-	st, err := ls.guest.Watch(ctx, m.where(ls, where), path, recursive)
+	st, err := ls.guest.Watch(ctx, w, path, recursive)
 	if err != nil {
-		return err
+		return m.gone(id, err)
 	}
 	defer st.Close()
 	if err := ready(); err != nil {

@@ -485,6 +485,24 @@ func (m *Manager) guest(ctx context.Context, tenant, id string) (*liveSandbox, e
 	return ls, nil
 }
 
+// gone explains a guest call that failed because the guest went away: the
+// sandbox was deleted (not_found) or stopped (conflict) while it ran, which
+// a caller must not retry as it would an unavailable guest. Other errors
+// pass as they are.
+func (m *Manager) gone(id string, err error) error {
+	if err == nil || !errdefs.IsUnavailable(err) {
+		return err
+	}
+	st, serr := m.store.GetStatus(context.Background(), id)
+	switch {
+	case errdefs.IsNotFound(serr) || (serr == nil && st.State == api.StateDeleting):
+		return errdefs.New(errdefs.NotFound, "sandbox %s was deleted while the call ran", id)
+	case serr == nil && st.State != api.StateRunning:
+		return errdefs.New(errdefs.Conflict, "sandbox %s was %s while the call ran", id, st.State)
+	}
+	return err
+}
+
 // notRunning is the conflict error for a call that needs a running sandbox:
 // it says the state and what to do.
 func notRunning(rec store.Status) error {

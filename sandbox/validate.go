@@ -3,6 +3,7 @@ package sandbox
 import (
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -64,8 +65,8 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 	if req.User == "" {
 		req.User = defaultUser
 	}
-	if !userRE().MatchString(req.User) {
-		return req, errdefs.New(errdefs.InvalidArgument, "user: %q is neither a user name nor uid[:gid]", req.User)
+	if err := m.checkUser("user", req.User); err != nil {
+		return req, err
 	}
 	if err := labels.Validate(req.Labels); err != nil {
 		return req, err
@@ -101,19 +102,19 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 func validateLimits(l api.Limits, caps runtime.Capabilities) error {
 	h := caps.Host
 	if l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01) || (h.CPUs > 0 && l.CPUs > h.CPUs) {
-		return errdefs.New(errdefs.InvalidArgument, "limits.cpus: %g is outside 0.01..%g (0 = no limit)", l.CPUs, h.CPUs)
+		return errdefs.New(errdefs.InvalidArgument, "limits.cpus: %g is outside 0.01..%g (0 in a create: the daemon's default)", l.CPUs, h.CPUs)
 	}
 	if l.MemoryBytes < 0 || (l.MemoryBytes > 0 && l.MemoryBytes < minMemory) || (h.MemoryBytes > 0 && l.MemoryBytes > h.MemoryBytes) {
-		return errdefs.New(errdefs.InvalidArgument, "limits.memory_bytes: %d is outside %d..%d (0 = no limit)", l.MemoryBytes, minMemory, h.MemoryBytes)
+		return errdefs.New(errdefs.InvalidArgument, "limits.memory_bytes: %d is outside %d..%d (0 in a create: the daemon's default)", l.MemoryBytes, minMemory, h.MemoryBytes)
 	}
 	if l.Pids < 0 || (l.Pids > 0 && l.Pids < minPids) || l.Pids > maxPids {
-		return errdefs.New(errdefs.InvalidArgument, "limits.pids: %d is outside %d..%d (0 = no limit)", l.Pids, minPids, maxPids)
+		return errdefs.New(errdefs.InvalidArgument, "limits.pids: %d is outside %d..%d (0 in a create: the daemon's default)", l.Pids, minPids, maxPids)
 	}
 	if l.OpenFiles < 0 || (l.OpenFiles > 0 && l.OpenFiles < minOpenFiles) || (h.OpenFiles > 0 && l.OpenFiles > h.OpenFiles) {
 		return errdefs.New(errdefs.InvalidArgument, "limits.open_files: %d is outside %d..%d (0 = the daemon's own)", l.OpenFiles, minOpenFiles, h.OpenFiles)
 	}
 	if l.DiskBytes < 0 || (l.DiskBytes > 0 && l.DiskBytes < minDisk) || (h.DiskBytes > 0 && l.DiskBytes > h.DiskBytes) {
-		return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: %d is outside %d..%d (0 = no limit)", l.DiskBytes, minDisk, h.DiskBytes)
+		return errdefs.New(errdefs.InvalidArgument, "limits.disk_bytes: %d is outside %d..%d (0 in a create: the daemon's default)", l.DiskBytes, minDisk, h.DiskBytes)
 	}
 	s := caps.Limits
 	for _, lim := range []struct {
@@ -184,8 +185,27 @@ func validateDir(field, dir string) error {
 	return nil
 }
 
+// checkUser checks a user given as a name or uid[:gid]: numeric ids must be
+// mapped into the sandbox (0 to the mapping's size), else no process or
+// file operation could act as them.
+func (m *Manager) checkUser(field, user string) error {
+	if !userRE().MatchString(user) {
+		return errdefs.New(errdefs.InvalidArgument, "%s: %q is neither a user name nor uid[:gid]", field, user)
+	}
+	if user[0] < '0' || user[0] > '9' {
+		return nil
+	}
+	for _, part := range strings.Split(user, ":") {
+		id, err := strconv.ParseUint(part, 10, 32)
+		if err != nil || id >= uint64(m.cfg.IDMap.Size) {
+			return errdefs.New(errdefs.InvalidArgument, "%s: %q: id %s is not mapped in the sandbox (ids are 0..%d)", field, user, part, m.cfg.IDMap.Size-1)
+		}
+	}
+	return nil
+}
+
 // validateExec checks an exec request on its own.
-func validateExec(req api.ExecRequest) error {
+func (m *Manager) validateExec(req api.ExecRequest) error {
 	if (len(req.Cmd) == 0) == (req.Shell == "") {
 		return errdefs.New(errdefs.InvalidArgument, "cmd, shell: give exactly one of them")
 	}
@@ -216,8 +236,10 @@ func validateExec(req api.ExecRequest) error {
 			return err
 		}
 	}
-	if req.User != "" && !userRE().MatchString(req.User) {
-		return errdefs.New(errdefs.InvalidArgument, "user: %q is neither a user name nor uid[:gid]", req.User)
+	if req.User != "" {
+		if err := m.checkUser("user", req.User); err != nil {
+			return err
+		}
 	}
 	if len(req.Stdin) > maxStdin {
 		return errdefs.New(errdefs.InvalidArgument, "stdin: %d bytes, at most %d", len(req.Stdin), maxStdin)

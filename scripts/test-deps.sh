@@ -16,6 +16,6 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 	echo "tests need: ${need[*]} (install them, as root, with your package manager)" >&2
 	exit 1
 fi
-echo "installing ${need[*]}" >&2
+echo "test-deps: installing these Debian packages on this host (tests run their programs inside sandboxes, which see the host's /usr): ${need[*]}" >&2
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -2,6 +2,7 @@ package files
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -25,7 +26,7 @@ func syncPool(size int) *sync.Pool {
 // directory as a tree under its own name (as docker cp does). Symlinks are
 // stored as symlinks, hard links once, sockets and devices left out; /proc
 // and /sys are not entered.
-func (s *Service) WriteArchive(w guestapi.Where, reqPath string, out io.Writer) error {
+func (s *Service) WriteArchive(ctx context.Context, w guestapi.Where, reqPath string, out io.Writer) error {
 	c, err := s.caller(w)
 	if err != nil {
 		return err
@@ -58,7 +59,7 @@ func (s *Service) WriteArchive(w guestapi.Where, reqPath string, out io.Writer) 
 			if err := a.header(top, &st, ""); err != nil {
 				return err
 			}
-			err = walk(f, p, 256, func(dir int, name, full string, typ os.FileMode) (bool, error) {
+			err = walk(ctx, f, p, 256, func(dir int, name, full string, typ os.FileMode) (bool, error) {
 				rel := path.Join(top, strings.TrimPrefix(full, strings.TrimSuffix(p, "/")))
 				return true, a.entry(dir, name, rel)
 			})
@@ -201,37 +202,51 @@ func (s *Service) ExtractArchive(w guestapi.Where, reqPath string, in io.Reader)
 	}
 	var res guestapi.ArchiveResult
 	err = as(c.acc, func() error {
-		if err := s.mkdirAll(p, 0o755); err != nil {
-			return err
-		}
-		dest, err := s.open(p, unix.O_RDONLY|unix.O_DIRECTORY)
+		made, err := s.mkdirAllMade(p, 0o755)
 		if err != nil {
+			s.unmake(p, made)
 			return err
 		}
-		defer dest.Close()
-		stageName := tempName("extract")
-		if err := unix.Mkdirat(int(dest.Fd()), stageName, 0o700); err != nil {
-			return pathError(p, err)
-		}
-		defer removeAt(int(dest.Fd()), stageName, path.Join(p, stageName), true)
-		sfd, err := unix.Openat(int(dest.Fd()), stageName, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return pathError(p, err)
-		}
-		stage := os.NewFile(uintptr(sfd), path.Join(p, stageName))
-		defer stage.Close()
-		x := &extraction{stage: sfd, res: &res, dirModes: map[string]uint32{}}
-		if err := x.run(tar.NewReader(in)); err != nil {
+		// A stream that is refused leaves nothing, the directories made
+		// for it included.
+		if err := s.extractInto(p, in, &res); err != nil {
+			s.unmake(p, made)
 			return err
 		}
-		if err := merge(sfd, int(dest.Fd()), p); err != nil {
-			return err
-		}
-		// Modes last: a 0555 directory must first take its entries, and a
-		// directory moves only while writable (its ".." changes).
-		return x.applyDirModes(int(dest.Fd()))
+		return nil
 	})
 	return res, err
+}
+
+// extractInto unpacks a tar stream beside p, in a staging directory that
+// goes either way, and merges it into p.
+func (s *Service) extractInto(p string, in io.Reader, res *guestapi.ArchiveResult) error {
+	dest, err := s.open(p, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	defer dest.Close()
+	stageName := tempName("extract")
+	if err := unix.Mkdirat(int(dest.Fd()), stageName, 0o700); err != nil {
+		return pathError(p, err)
+	}
+	defer removeAt(context.Background(), int(dest.Fd()), stageName, path.Join(p, stageName), true)
+	sfd, err := unix.Openat(int(dest.Fd()), stageName, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return pathError(p, err)
+	}
+	stage := os.NewFile(uintptr(sfd), path.Join(p, stageName))
+	defer stage.Close()
+	x := &extraction{stage: sfd, res: res, dirModes: map[string]uint32{}}
+	if err := x.run(tar.NewReader(in)); err != nil {
+		return err
+	}
+	if err := merge(sfd, int(dest.Fd()), p); err != nil {
+		return err
+	}
+	// Modes last: a 0555 directory must first take its entries, and a
+	// directory moves only while writable (its ".." changes).
+	return x.applyDirModes(int(dest.Fd()))
 }
 
 func badArchive(format string, args ...any) error {

@@ -125,7 +125,7 @@ func (s *Service) Upload(w guestapi.Where, reqPath string, opts WriteOptions, r 
 			return pathError(p, err)
 		}
 		f = os.NewFile(uintptr(fd), p)
-		return pathErrorOrNil(p, unix.Fchmod(fd, mode)) // umask-free
+		return nil
 	})
 	if err != nil {
 		if f != nil {
@@ -139,6 +139,12 @@ func (s *Service) Upload(w guestapi.Where, reqPath string, opts WriteOptions, r 
 	}
 	defer dir.Close()
 	_, err = copyBuffered(f, r)
+	if err == nil && !inPlace {
+		// The mode goes on once the bytes are in: a write clears setuid and
+		// setgid. What the kernel will not set for this user (setgid on a
+		// group they are not in) refuses the upload, the old file kept.
+		err = as(c.acc, func() error { return setMode(f, p, mode) })
+	}
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = pathError(p, cerr)
 	}
@@ -165,6 +171,25 @@ func (s *Service) Upload(w guestapi.Where, reqPath string, opts WriteOptions, r 
 		return err
 	})
 	return fi, err
+}
+
+// setMode sets f's permission bits (umask-free) and checks that they took:
+// the kernel silently drops setgid for a group the caller is not in, and
+// setuid or setgid where the caller may not set them.
+func setMode(f *os.File, p string, mode uint32) error {
+	fd := int(f.Fd())
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return pathError(p, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return pathError(p, err)
+	}
+	if got := st.Mode & 0o7777; got != mode {
+		return errdefs.New(errdefs.InvalidArgument, "mode: %04o cannot be set on %s by this user (the kernel leaves %04o): "+
+			"setuid and setgid need the owner and a group the user is in; ask for %04o, or act as root", mode, p, got, got)
+	}
+	return nil
 }
 
 func tempName(name string) string {

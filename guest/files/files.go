@@ -200,9 +200,16 @@ func (s *Service) parent(p string) (*os.File, string, error) {
 
 // mkdirAll makes p and its missing parents with mode, like mkdir -p.
 func (s *Service) mkdirAll(p string, mode uint32) error {
+	_, err := s.mkdirAllMade(p, mode)
+	return err
+}
+
+// mkdirAllMade is mkdirAll that also says the topmost directory it made
+// ("" when p existed), for a caller that undoes it on a later failure.
+func (s *Service) mkdirAllMade(p string, mode uint32) (made string, err error) {
 	if fd, err := s.openat2(-1, p, unix.O_PATH|unix.O_DIRECTORY, 0); err == nil {
 		unix.Close(fd)
-		return nil
+		return "", nil
 	}
 	cur := "/"
 	for _, name := range strings.Split(strings.Trim(p, "/"), "/") {
@@ -214,23 +221,44 @@ func (s *Service) mkdirAll(p string, mode uint32) error {
 			continue
 		}
 		if err != unix.ENOENT {
-			return pathError(next, err)
+			return made, pathError(next, err)
 		}
 		d, err := s.open(cur, unix.O_PATH|unix.O_DIRECTORY)
 		if err != nil {
-			return err
+			return made, err
 		}
 		err = unix.Mkdirat(int(d.Fd()), name, mode)
 		if err == nil {
+			if made == "" {
+				made = next
+			}
 			err = unix.Fchmodat(int(d.Fd()), name, mode, 0) // umask-free
 		}
 		d.Close()
 		if err != nil && err != unix.EEXIST {
-			return pathError(next, err)
+			return made, pathError(next, err)
 		}
 		cur = next
 	}
-	return nil
+	return made, nil
+}
+
+// unmake removes the empty directories from p up to made (what mkdirAllMade
+// made), deepest first; one that is not empty (something else wrote there
+// meanwhile) stops it.
+func (s *Service) unmake(p, made string) {
+	for made != "" && (p == made || strings.HasPrefix(p, made+"/")) {
+		d, name, err := s.parent(p)
+		if err != nil {
+			return
+		}
+		err = unix.Unlinkat(int(d.Fd()), name, unix.AT_REMOVEDIR)
+		d.Close()
+		if err != nil || p == made {
+			return
+		}
+		p = path.Dir(p)
+	}
 }
 
 // pathError classifies a failed system call on p.

@@ -6,9 +6,11 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -128,6 +130,36 @@ func (r *errReader) Read(b []byte) (int, error) {
 	k := min(len(b), r.n)
 	r.n -= k
 	return k, nil
+}
+
+// TestUploadModes: an upload's mode is the file's mode, setuid and setgid
+// included (applied once the bytes are in: a write clears them); one the
+// kernel will not set for this user is refused and leaves nothing.
+func TestUploadModes(t *testing.T) {
+	s, root := newService(t)
+	for _, m := range []uint32{0o7777, 0o4755, 0o2750, 0o1777, 0o600} {
+		mode := m
+		p := fmt.Sprintf("/home/user/m%04o", m)
+		fi, err := s.Upload(asUser, p, WriteOptions{Mode: &mode}, strings.NewReader("x"))
+		if err != nil || fi.Mode != m {
+			t.Errorf("mode %04o: got %04o %v", m, fi.Mode, err)
+		}
+	}
+	// A setgid directory of group root makes new files group root, which
+	// "user" is not in: the kernel would drop setgid, so the upload is refused.
+	sg := filepath.Join(root, "home/user/sg")
+	os.Mkdir(sg, 0o777)
+	os.Chown(sg, userUID, 0)
+	unix.Chmod(sg, 0o2777)
+	mode := uint32(0o2755)
+	_, err := s.Upload(asUser, "/home/user/sg/f", WriteOptions{Mode: &mode}, strings.NewReader("x"))
+	wantClass(t, err, errdefs.InvalidArgument, "")
+	if !strings.Contains(err.Error(), "2755") {
+		t.Errorf("the refusal does not name the mode: %v", err)
+	}
+	if entries, _ := os.ReadDir(sg); len(entries) != 0 {
+		t.Errorf("a refused upload left %v", entries)
+	}
 }
 
 func TestFailedUploadLeavesOldFile(t *testing.T) {
@@ -346,14 +378,14 @@ func TestFilesystemOps(t *testing.T) {
 	upload(t, s, asUser, "a/g.txt", []byte("g"))
 	os.Symlink("b/c/f.txt", filepath.Join(root, "home/user/a/link"))
 
-	l, err := s.List(guestapi.ListRequest{Where: asUser, Path: "a"})
+	l, err := s.List(t.Context(), guestapi.ListRequest{Where: asUser, Path: "a"})
 	if err != nil || len(l.Entries) != 3 {
 		t.Fatalf("list depth 1: %+v %v", l, err)
 	}
 	if e := l.Entries[2]; e.Name != "link" || e.Type != guestapi.TypeSymlink || e.Target != "b/c/f.txt" {
 		t.Fatalf("symlink entry %+v", e)
 	}
-	l, _ = s.List(guestapi.ListRequest{Where: asUser, Path: "a", Depth: 3})
+	l, _ = s.List(t.Context(), guestapi.ListRequest{Where: asUser, Path: "a", Depth: 3})
 	if len(l.Entries) != 5 {
 		t.Fatalf("list depth 3: %d entries", len(l.Entries))
 	}
@@ -374,21 +406,21 @@ func TestFilesystemOps(t *testing.T) {
 	if fi.Mode != 0o600 {
 		t.Fatalf("chmod: %+v", fi)
 	}
-	_, err = s.Chown(guestapi.ChownRequest{Where: asUser, Path: "a", Owner: "0:0"})
+	_, err = s.Chown(t.Context(), guestapi.ChownRequest{Where: asUser, Path: "a", Owner: "0:0"})
 	wantClass(t, err, errdefs.PermissionDenied, "")
-	err = s.Remove(guestapi.RemoveRequest{Where: asUser, Path: "a"})
+	err = s.Remove(t.Context(), guestapi.RemoveRequest{Where: asUser, Path: "a"})
 	wantClass(t, err, errdefs.Conflict, "")
-	if err := s.Remove(guestapi.RemoveRequest{Where: asUser, Path: "a", Recursive: true}); err != nil {
+	if err := s.Remove(t.Context(), guestapi.RemoveRequest{Where: asUser, Path: "a", Recursive: true}); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Remove(guestapi.RemoveRequest{Where: asUser, Path: "a"})
+	err = s.Remove(t.Context(), guestapi.RemoveRequest{Where: asUser, Path: "a"})
 	wantClass(t, err, errdefs.NotFound, "")
-	if err := s.Remove(guestapi.RemoveRequest{Where: asUser, Path: "a", Force: true}); err != nil {
+	if err := s.Remove(t.Context(), guestapi.RemoveRequest{Where: asUser, Path: "a", Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Remove(guestapi.RemoveRequest{Where: asUser, Path: "/"})
+	err = s.Remove(t.Context(), guestapi.RemoveRequest{Where: asUser, Path: "/"})
 	wantClass(t, err, errdefs.InvalidArgument, errdefs.InvalidPath)
-	err = s.Remove(guestapi.RemoveRequest{Where: asUser, Path: "/root", Recursive: true})
+	err = s.Remove(t.Context(), guestapi.RemoveRequest{Where: asUser, Path: "/root", Recursive: true})
 	wantClass(t, err, errdefs.PermissionDenied, "")
 }
 
@@ -417,7 +449,7 @@ func TestGlob(t *testing.T) {
 		"nothing/*.py": {},
 	}
 	for pat, want := range cases {
-		r, err := s.Glob(guestapi.GlobRequest{Where: asUser, Pattern: pat, Path: "/home/user/p"})
+		r, err := s.Glob(t.Context(), guestapi.GlobRequest{Where: asUser, Pattern: pat, Path: "/home/user/p"})
 		if err != nil {
 			t.Fatalf("%s: %v", pat, err)
 		}
@@ -429,15 +461,15 @@ func TestGlob(t *testing.T) {
 			t.Errorf("glob %s: %v, want %v", pat, got, want)
 		}
 	}
-	r, _ := s.Glob(guestapi.GlobRequest{Where: asUser, Pattern: "*", Path: "/home/user/p", Limit: 2})
+	r, _ := s.Glob(t.Context(), guestapi.GlobRequest{Where: asUser, Pattern: "*", Path: "/home/user/p", Limit: 2})
 	if !r.Truncated || len(r.Matches) != 2 {
 		t.Fatalf("limit: %+v", r)
 	}
-	_, err := s.Glob(guestapi.GlobRequest{Where: asUser, Pattern: "[", Path: "/home/user/p"})
+	_, err := s.Glob(t.Context(), guestapi.GlobRequest{Where: asUser, Pattern: "[", Path: "/home/user/p"})
 	wantClass(t, err, errdefs.InvalidArgument, "")
-	_, err = s.Glob(guestapi.GlobRequest{Where: asUser, Pattern: "../*", Path: "/home/user/p"})
+	_, err = s.Glob(t.Context(), guestapi.GlobRequest{Where: asUser, Pattern: "../*", Path: "/home/user/p"})
 	wantClass(t, err, errdefs.InvalidArgument, "")
-	r, _ = s.Glob(guestapi.GlobRequest{Where: asUser, Pattern: "src/*", Path: "/home/user/p", IncludeDirs: true})
+	r, _ = s.Glob(t.Context(), guestapi.GlobRequest{Where: asUser, Pattern: "src/*", Path: "/home/user/p", IncludeDirs: true})
 	if len(r.Matches) != 2 || r.Matches[1].Type != guestapi.TypeDir {
 		t.Fatalf("include_dirs: %+v", r.Matches)
 	}
@@ -452,7 +484,7 @@ func TestGrep(t *testing.T) {
 		"bin.dat":  "TODO\x00binary",
 		"sym.py":   "a.b\n",
 	})
-	r, err := s.Grep(guestapi.GrepRequest{Where: asUser, Pattern: "TODO", Path: "/home/user/g"})
+	r, err := s.Grep(t.Context(), guestapi.GrepRequest{Where: asUser, Pattern: "TODO", Path: "/home/user/g"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,23 +496,23 @@ func TestGrep(t *testing.T) {
 	if fmt.Sprint(r.Matches) != fmt.Sprint(want) || r.FilesSearched != 5 {
 		t.Fatalf("grep: %+v", r)
 	}
-	r, _ = s.Grep(guestapi.GrepRequest{Where: asUser, Pattern: "todo", Path: "/home/user/g", Glob: "*.py", IgnoreCase: true})
+	r, _ = s.Grep(t.Context(), guestapi.GrepRequest{Where: asUser, Pattern: "todo", Path: "/home/user/g", Glob: "*.py", IgnoreCase: true})
 	if len(r.Matches) != 3 || r.Matches[2].Path != "/home/user/g/sub/c.py" || r.Matches[2].Line != 2 {
 		t.Fatalf("ignore case + glob: %+v", r.Matches)
 	}
-	r, _ = s.Grep(guestapi.GrepRequest{Where: asUser, Pattern: "a.b", Path: "/home/user/g"})
+	r, _ = s.Grep(t.Context(), guestapi.GrepRequest{Where: asUser, Pattern: "a.b", Path: "/home/user/g"})
 	if len(r.Matches) != 1 { // literal: the dot is a dot
 		t.Fatalf("literal: %+v", r.Matches)
 	}
-	r, _ = s.Grep(guestapi.GrepRequest{Where: asUser, Pattern: `^x=\d`, Regex: true, Path: "/home/user/g"})
+	r, _ = s.Grep(t.Context(), guestapi.GrepRequest{Where: asUser, Pattern: `^x=\d`, Regex: true, Path: "/home/user/g"})
 	if len(r.Matches) != 1 || r.Matches[0].Line != 1 {
 		t.Fatalf("regex: %+v", r.Matches)
 	}
-	r, _ = s.Grep(guestapi.GrepRequest{Where: asUser, Pattern: "TODO", Path: "/home/user/g/a.py", Limit: 1})
+	r, _ = s.Grep(t.Context(), guestapi.GrepRequest{Where: asUser, Pattern: "TODO", Path: "/home/user/g/a.py", Limit: 1})
 	if len(r.Matches) != 1 || !r.Truncated {
 		t.Fatalf("single file + limit: %+v", r)
 	}
-	_, err = s.Grep(guestapi.GrepRequest{Where: asUser, Pattern: "(", Regex: true})
+	_, err = s.Grep(t.Context(), guestapi.GrepRequest{Where: asUser, Pattern: "(", Regex: true})
 	wantClass(t, err, errdefs.InvalidArgument, "")
 }
 
@@ -533,7 +565,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 	os.Symlink("d1/f1.bin", filepath.Join(root, "home/user/src/link"))
 	os.Link(filepath.Join(root, "home/user/src/d2/f2.bin"), filepath.Join(root, "home/user/src/hard"))
 	var buf bytes.Buffer
-	if err := s.WriteArchive(asUser, "/home/user/src", &buf); err != nil {
+	if err := s.WriteArchive(t.Context(), asUser, "/home/user/src", &buf); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.ExtractArchive(asUser, "/home/user/dst", &buf)
@@ -591,12 +623,16 @@ func TestBadArchivesLeaveNothing(t *testing.T) {
 	}
 	before := listTree(t, root)
 	for name, data := range cases {
-		_, err := s.ExtractArchive(asUser, "/home/user/dst", bytes.NewReader(data))
-		if errdefs.ClassOf(err) != errdefs.InvalidArgument {
-			t.Errorf("%s: %v, want invalid_argument", name, err)
-		}
-		if after := listTree(t, root); strings.Join(after, "\n") != strings.Join(before, "\n") {
-			t.Fatalf("%s left files behind: %v", name, after)
+		// Into an existing directory, and into one the upload makes (with
+		// its parent): a refused stream leaves neither.
+		for _, dst := range []string{"/home/user/dst", "/home/user/made/for/it"} {
+			_, err := s.ExtractArchive(asUser, dst, bytes.NewReader(data))
+			if errdefs.ClassOf(err) != errdefs.InvalidArgument {
+				t.Errorf("%s into %s: %v, want invalid_argument", name, dst, err)
+			}
+			if after := listTree(t, root); strings.Join(after, "\n") != strings.Join(before, "\n") {
+				t.Fatalf("%s into %s left files behind: %v", name, dst, after)
+			}
 		}
 		if _, err := os.Stat(outside); err == nil {
 			t.Fatalf("%s wrote outside the root", name)
@@ -604,6 +640,50 @@ func TestBadArchivesLeaveNothing(t *testing.T) {
 	}
 	if got := download(t, s, asUser, "/home/user/dst/existing"); string(got) != "keep" {
 		t.Fatal("existing file changed")
+	}
+}
+
+// TestLongWalksStopWithTheRequest: operations that walk a tree stop when
+// their request's context ends (the daemon's caller went away) instead of
+// running on: nothing is searched, changed or removed after that.
+func TestLongWalksStopWithTheRequest(t *testing.T) {
+	s, root := newService(t)
+	tree := filepath.Join(root, "home/user/big")
+	for i := range 300 {
+		d := filepath.Join(tree, fmt.Sprintf("d%02d", i%30))
+		os.MkdirAll(d, 0o755)
+		os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d.txt", i)), []byte("needle\n"), 0o644)
+	}
+	exec.Command("chown", "-R", fmt.Sprintf("%d:%d", userUID, userUID), tree).Run()
+	entries := len(listTree(t, tree))
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	where := "/home/user/big"
+	if r, err := s.Grep(gone, guestapi.GrepRequest{Where: asUser, Pattern: "needle", Path: where}); !errors.Is(err, context.Canceled) || r.FilesSearched != 0 {
+		t.Errorf("grep: %v, %d files searched", err, r.FilesSearched)
+	}
+	if _, err := s.Glob(gone, guestapi.GlobRequest{Where: asUser, Pattern: "**/*.txt", Path: where}); !errors.Is(err, context.Canceled) {
+		t.Errorf("glob: %v", err)
+	}
+	if _, err := s.List(gone, guestapi.ListRequest{Where: asUser, Path: where, Depth: 3}); !errors.Is(err, context.Canceled) {
+		t.Errorf("list: %v", err)
+	}
+	if _, err := s.Chown(gone, guestapi.ChownRequest{Path: where, Owner: "0:0", Recursive: true}); !errors.Is(err, context.Canceled) {
+		t.Errorf("chown: %v", err)
+	}
+	if err := s.Remove(gone, guestapi.RemoveRequest{Where: asUser, Path: where, Recursive: true}); !errors.Is(err, context.Canceled) {
+		t.Errorf("remove: %v", err)
+	}
+	if n := len(listTree(t, tree)); n != entries || n < 330 {
+		t.Fatalf("%d entries left of %d: a cancelled remove went on", n, entries)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(tree, "d05/f005.txt"), &st); err != nil || st.Uid != userUID {
+		t.Fatalf("a cancelled chown changed an owner: %v %d", err, st.Uid)
+	}
+	// The same calls with a live context do the work.
+	if r, err := s.Grep(t.Context(), guestapi.GrepRequest{Where: asUser, Pattern: "needle", Path: where}); err != nil || len(r.Matches) != 300 {
+		t.Fatalf("grep: %d matches, %v", len(r.Matches), err)
 	}
 }
 

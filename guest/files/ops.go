@@ -1,6 +1,7 @@
 package files
 
 import (
+	"context"
 	"os"
 	"path"
 	"sort"
@@ -100,7 +101,7 @@ func (s *Service) Exists(req guestapi.StatRequest) (guestapi.ExistsResult, error
 }
 
 // List lists a directory to a depth, without following symlinks below it.
-func (s *Service) List(req guestapi.ListRequest) (guestapi.ListResult, error) {
+func (s *Service) List(ctx context.Context, req guestapi.ListRequest) (guestapi.ListResult, error) {
 	c, err := s.caller(req.Where)
 	if err != nil {
 		return guestapi.ListResult{}, err
@@ -127,7 +128,7 @@ func (s *Service) List(req guestapi.ListRequest) (guestapi.ListResult, error) {
 		}
 		defer d.Close()
 		n := &namer{}
-		return walk(d, p, depth, func(dir int, name, full string, _ os.FileMode) (bool, error) {
+		return walk(ctx, d, p, depth, func(dir int, name, full string, _ os.FileMode) (bool, error) {
 			if len(out.Entries) >= limit {
 				out.Truncated = true
 				return false, errStop
@@ -241,7 +242,7 @@ func (s *Service) Move(req guestapi.MoveRequest) (guestapi.FileInfo, error) {
 }
 
 // Remove removes a path; a tree only with Recursive.
-func (s *Service) Remove(req guestapi.RemoveRequest) error {
+func (s *Service) Remove(ctx context.Context, req guestapi.RemoveRequest) error {
 	c, err := s.caller(req.Where)
 	if err != nil {
 		return err
@@ -259,7 +260,7 @@ func (s *Service) Remove(req guestapi.RemoveRequest) error {
 			return err
 		}
 		defer d.Close()
-		err = removeAt(int(d.Fd()), name, p, req.Recursive)
+		err = removeAt(ctx, int(d.Fd()), name, p, req.Recursive)
 		if req.Force && errdefs.IsNotFound(err) {
 			return nil
 		}
@@ -269,7 +270,10 @@ func (s *Service) Remove(req guestapi.RemoveRequest) error {
 
 // removeAt removes name in dir; a directory's contents only if recursive.
 // It never follows symlinks and never leaves the filesystem of dir.
-func removeAt(dir int, name, p string, recursive bool) error {
+func removeAt(ctx context.Context, dir int, name, p string, recursive bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	err := unix.Unlinkat(dir, name, 0)
 	if err == nil {
 		return nil
@@ -296,7 +300,7 @@ func removeAt(dir int, name, p string, recursive bool) error {
 	for {
 		names, rerr := sub.Readdirnames(1024)
 		for _, n := range names {
-			if err := removeAt(fd, n, path.Join(p, n), true); err != nil {
+			if err := removeAt(ctx, fd, n, path.Join(p, n), true); err != nil {
 				sub.Close()
 				return err
 			}
@@ -371,7 +375,7 @@ func itoa(n int) string {
 
 // Chown sets a path's owner (following a final symlink; recursive trees do
 // not follow the symlinks inside them).
-func (s *Service) Chown(req guestapi.ChownRequest) (guestapi.FileInfo, error) {
+func (s *Service) Chown(ctx context.Context, req guestapi.ChownRequest) (guestapi.FileInfo, error) {
 	c, err := s.caller(req.Where)
 	if err != nil {
 		return guestapi.FileInfo{}, err
@@ -405,7 +409,7 @@ func (s *Service) Chown(req guestapi.ChownRequest) (guestapi.FileInfo, error) {
 					return err
 				}
 				defer d.Close()
-				err = walk(d, p, 64, func(dir int, name, full string, _ os.FileMode) (bool, error) {
+				err = walk(ctx, d, p, 64, func(dir int, name, full string, _ os.FileMode) (bool, error) {
 					if err := unix.Fchownat(dir, name, int(uid), int(gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 						return false, pathError(full, err)
 					}

@@ -2,6 +2,7 @@ package files
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"iter"
@@ -28,16 +29,17 @@ var errStop = errors.New("stop walking")
 type visit func(dir int, name, full string, typ os.FileMode) (bool, error)
 
 // walk visits the tree below d (not d itself) to depth levels, in name order.
-// It never follows a symlink, and it does not enter procfs or sysfs.
-func walk(d *os.File, p string, depth int, fn visit) error {
-	err := walkDir(d, p, depth, fn)
+// It never follows a symlink, and it does not enter procfs or sysfs. It
+// stops with ctx's error when ctx ends: the daemon's request is gone.
+func walk(ctx context.Context, d *os.File, p string, depth int, fn visit) error {
+	err := walkDir(ctx, d, p, depth, fn)
 	if err == errStop {
 		return nil
 	}
 	return err
 }
 
-func walkDir(d *os.File, p string, depth int, fn visit) error {
+func walkDir(ctx context.Context, d *os.File, p string, depth int, fn visit) error {
 	var entries []os.DirEntry
 	for {
 		batch, err := d.ReadDir(4096)
@@ -49,6 +51,9 @@ func walkDir(d *os.File, p string, depth int, fn visit) error {
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 	dir := int(d.Fd())
 	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		name := e.Name()
 		full := path.Join(p, name)
 		descend, err := fn(dir, name, full, e.Type())
@@ -67,7 +72,7 @@ func walkDir(d *os.File, p string, depth int, fn visit) error {
 			continue
 		}
 		sub := os.NewFile(uintptr(fd), full)
-		err = walkDir(sub, full, depth-1, fn)
+		err = walkDir(ctx, sub, full, depth-1, fn)
 		sub.Close()
 		if err != nil {
 			return err
@@ -219,7 +224,7 @@ func matchSegs(pat, parts []string) bool {
 // the name at any depth; one with "/" matches the path relative to the
 // search root ("**" spans directories but not dot-directories); a leading
 // "/" anchors to the search root. Directories match only with IncludeDirs.
-func (s *Service) Glob(req guestapi.GlobRequest) (guestapi.GlobResult, error) {
+func (s *Service) Glob(ctx context.Context, req guestapi.GlobRequest) (guestapi.GlobResult, error) {
 	c, err := s.caller(req.Where)
 	if err != nil {
 		return guestapi.GlobResult{}, err
@@ -254,7 +259,7 @@ func (s *Service) Glob(req guestapi.GlobRequest) (guestapi.GlobResult, error) {
 		defer d.Close()
 		n := &namer{}
 		prefix := len(strings.TrimSuffix(p, "/")) + 1
-		return walk(d, p, depth, func(dir int, name, full string, typ os.FileMode) (bool, error) {
+		return walk(ctx, d, p, depth, func(dir int, name, full string, typ os.FileMode) (bool, error) {
 			if !typ.IsRegular() && !(req.IncludeDirs && typ.IsDir()) {
 				return true, nil
 			}
@@ -295,7 +300,7 @@ const (
 )
 
 // Grep searches text files for a pattern.
-func (s *Service) Grep(req guestapi.GrepRequest) (guestapi.GrepResult, error) {
+func (s *Service) Grep(ctx context.Context, req guestapi.GrepRequest) (guestapi.GrepResult, error) {
 	c, err := s.caller(req.Where)
 	if err != nil {
 		return guestapi.GrepResult{}, err
@@ -365,7 +370,7 @@ func (s *Service) Grep(req guestapi.GrepRequest) (guestapi.GrepResult, error) {
 		}
 		workers := min(grepWorkers, runtime.GOMAXPROCS(0))
 		if workers <= 1 {
-			return walk(f, p, 64, func(dir int, name, full string, typ os.FileMode) (bool, error) {
+			return walk(ctx, f, p, 64, func(dir int, name, full string, typ os.FileMode) (bool, error) {
 				if g.full() {
 					return false, errStop
 				}
@@ -379,7 +384,7 @@ func (s *Service) Grep(req guestapi.GrepRequest) (guestapi.GrepResult, error) {
 			})
 		}
 		var rels []string
-		err = walk(f, p, 64, func(_ int, name, full string, typ os.FileMode) (bool, error) {
+		err = walk(ctx, f, p, 64, func(_ int, name, full string, typ os.FileMode) (bool, error) {
 			if keep(full, typ) {
 				rels = append(rels, full[base:])
 			}
@@ -388,8 +393,8 @@ func (s *Service) Grep(req guestapi.GrepRequest) (guestapi.GrepResult, error) {
 		if err != nil {
 			return err
 		}
-		g.searchAll(int(f.Fd()), p, rels, min(workers, len(rels)), func(fn func()) { as(c.acc, func() error { fn(); return nil }) })
-		return nil
+		g.searchAll(ctx, int(f.Fd()), p, rels, min(workers, len(rels)), func(fn func()) { as(c.acc, func() error { fn(); return nil }) })
+		return ctx.Err()
 	})
 	return g.result(), err
 }
@@ -429,7 +434,7 @@ func (g *grep) full() bool {
 
 // searchAll searches files relative to base with workers, each run by
 // runAs so that it acts as the caller.
-func (g *grep) searchAll(base int, p string, rels []string, workers int, runAs func(func())) {
+func (g *grep) searchAll(ctx context.Context, base int, p string, rels []string, workers int, runAs func(func())) {
 	next := make(chan string, 256)
 	var wg sync.WaitGroup
 	for range workers {
@@ -448,7 +453,7 @@ func (g *grep) searchAll(base int, p string, rels []string, workers int, runAs f
 		}()
 	}
 	for _, rel := range rels {
-		if g.full() {
+		if g.full() || ctx.Err() != nil {
 			break
 		}
 		next <- rel

@@ -114,7 +114,7 @@ func (wt *watcher) add(p string, top bool) error {
 	if !wt.recursive {
 		return nil
 	}
-	return walk(f, p, 64, func(_ int, name, full string, typ os.FileMode) (bool, error) {
+	return walk(context.Background(), f, p, 64, func(_ int, name, full string, typ os.FileMode) (bool, error) {
 		if !typ.IsDir() {
 			return false, nil
 		}

@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
@@ -103,6 +107,11 @@ func (t *Table) spawn(p *Process, path string, env []string, cwd string, u user,
 
 	if err != nil {
 		closeAll(stdinW, outR, errR)
+		if errors.Is(err, syscall.EACCES) && u.cred != nil && !mayEnter(cwd, u.cred) {
+			// The child failed at its chdir, not at its exec: say so.
+			p.failStart(126, fmt.Sprintf("cwd %q: permission denied: user %s may not enter it (the sandbox's workdir is the default cwd; give one the user can enter)", cwd, u.display()))
+			return nil
+		}
 		return startFailure(p, spec.Args[0], err)
 	}
 	go func() {
@@ -128,6 +137,39 @@ func startFailure(p *Process, name string, err error) error {
 	}
 	p.failStart(code, fmt.Sprintf("exec: %q: %v", name, err))
 	return nil
+}
+
+// display names the user for a message: the name, else the uid.
+func (u user) display() string {
+	if u.name != "" {
+		return strconv.Quote(u.name)
+	}
+	return strconv.FormatUint(uint64(u.cred.Uid), 10)
+}
+
+// mayEnter says whether a process with cred may search every directory on
+// the way to dir, by their permission bits (the kernel's own check, short
+// of ACLs, which a sandbox's image does not use).
+func mayEnter(dir string, cred *syscall.Credential) bool {
+	p := "/"
+	for _, part := range append([]string{""}, strings.Split(strings.Trim(dir, "/"), "/")...) {
+		p = path.Join(p, part)
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil {
+			return false
+		}
+		var bit uint32 = 0o001
+		switch {
+		case st.Uid == cred.Uid:
+			bit = 0o100
+		case st.Gid == cred.Gid || slices.Contains(cred.Groups, st.Gid):
+			bit = 0o010
+		}
+		if st.Mode&bit == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func closeAll(fs ...*os.File) {
