@@ -7,16 +7,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/image"
@@ -104,6 +108,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		cfg.GuestBinary = guest
 	}
 	d := &Daemon{cfg: cfg, log: log, Runtimes: map[string]runtime.Runtime{}}
+	lock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, lock.Close)
 	defer func() {
 		if err != nil {
 			if cerr := d.Close(); cerr != nil {
@@ -145,7 +154,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		}
 	}
 	if _, ok := d.Runtimes[cfg.DefaultRuntime]; !ok {
-		return nil, fmt.Errorf("default runtime %q cannot run on this host (see the log above)", cfg.DefaultRuntime)
+		if why, known := unavailable[cfg.DefaultRuntime]; known {
+			return nil, fmt.Errorf("default runtime %q cannot run on this host: %s", cfg.DefaultRuntime, why)
+		}
+		return nil, fmt.Errorf("default runtime %q is not one berth has (have %v)", cfg.DefaultRuntime, reg.Names())
 	}
 	m, err := sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, Unavailable: unavailable, IDMap: cfg.IDMap,
 		DefaultLimits: cfg.DefaultLimits, DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool}, st, d.Runtimes, images, log)
@@ -228,6 +240,40 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 		serveErr = nil
 	}
 	return serveErr
+}
+
+// LockName is the lock file in the state dir; it holds the pid of the
+// daemon that owns the dir.
+const LockName = "berth.lock"
+
+// lockStateDir takes the state dir for this daemon alone (an flock that the
+// kernel drops when the daemon exits, kill -9 included): a second daemon
+// would re-attach the first one's sandboxes, delete its warm pool and
+// remove the socket it serves.
+func lockStateDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, LockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock state dir: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		owner, _ := io.ReadAll(io.LimitReader(f, 32))
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("state dir %s is in use by another berth daemon (pid %s, lock %s): stop it, or give this one another --state-dir",
+				dir, strings.TrimSpace(string(owner)), path)
+		}
+		return nil, fmt.Errorf("lock state dir: %w", err)
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock state dir: %w", err)
+	}
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock state dir: %w", err)
+	}
+	return f, nil
 }
 
 // checkListen refuses a TCP address that is not loopback unless remote is

@@ -4,8 +4,10 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +142,32 @@ func TestLooseEnds(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("the exec did not end with its sandbox")
+	}
+}
+
+// TestSecondDaemonIsRefused: a second daemon on a state dir in use refuses
+// to start, naming the first; the first one's sandboxes, warm pool and
+// socket are untouched.
+func TestSecondDaemonIsRefused(t *testing.T) {
+	d := startDaemon(t, "", "--warm-pool", "2")
+	sb, err := d.client.CreateSandbox(t.Context(), api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return d.guests() == 3 })
+	second := exec.Command(d.bin, "serve", "--state-dir", d.state, "--listen", freeAddr(t))
+	out, err := second.CombinedOutput()
+	want := "in use by another berth daemon (pid " + strconv.Itoa(d.cmd.Process.Pid) + ","
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Fatalf("second daemon: %v\n%s\nwant %q", err, out, want)
+	}
+	if n := d.guests(); n != 3 {
+		t.Fatalf("%d guests after the second daemon, want 3 (one sandbox, a pool of two)", n)
+	}
+	if _, err := os.Stat(filepath.Join(d.state, "berth.sock")); err != nil {
+		t.Fatalf("the first daemon's socket: %v", err)
+	}
+	if r, err := d.client.Exec(t.Context(), sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("the first daemon after the second: %+v %v", r, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -36,12 +37,26 @@ func Main(ctx context.Context, args []string, log *slog.Logger) error {
 	switch {
 	case len(args) == 0:
 		return bootPipe(ctx, log)
+	case len(args) == 1 && args[0] == guestapi.CheckFlag:
+		return check()
 	case len(args) == 2 && args[0] == guestapi.BootFlagFile:
 		return bootFile(ctx, args[1], log)
 	case len(args) == 1 && strings.HasPrefix(args[0], guestapi.BootFlagFile+"="):
 		return bootFile(ctx, strings.TrimPrefix(args[0], guestapi.BootFlagFile+"="), log)
 	}
-	return fmt.Errorf("usage: berth guest [%s FILE]", guestapi.BootFlagFile)
+	return fmt.Errorf("usage: berth guest [%s FILE | %s]", guestapi.BootFlagFile, guestapi.CheckFlag)
+}
+
+// check says whether this binary can be a guest at all: it hardens every
+// thread at once (syscall.AllThreadsSyscall), which a build with cgo
+// cannot do. Runtimes run it when they start, so that such a build fails
+// there, with the fix, rather than at every create.
+func check() error {
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_GET_DUMPABLE, 0, 0); e != 0 {
+		return fmt.Errorf("this binary cannot harden a sandbox (changing every thread's credentials at once: %v); "+
+			"it was built with cgo: build berth with CGO_ENABLED=0 (make build does)", e)
+	}
+	return nil
 }
 
 // bootPipe reads the Bootstrap from the pipe on PipeBootstrapFD and reports

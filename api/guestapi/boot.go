@@ -58,7 +58,11 @@ const ListenUnix = "unix:"
 // accepts on Listen. This is the shape for runtimes that start the guest
 // through something else (runsc from an OCI bundle, a VM's init, a Pod),
 // where only files and sockets cross.
+//
+// `berth guest --check` only says, by its exit status (and why on stderr),
+// whether the binary can be a guest; runtimes run it when they start.
 const (
+	CheckFlag       = "--check"
 	BootFlagFile    = "--bootstrap"
 	PipeBootstrapFD = 3
 	PipeStatusFD    = 4

@@ -25,6 +25,19 @@ func RequireRoot(t testing.TB) {
 	t.Skip("needs root")
 }
 
+// RequireProgram skips a test that needs program (a C compiler, say) where
+// it is missing, and fails it where CI=true.
+func RequireProgram(t testing.TB, program string) {
+	t.Helper()
+	if _, err := exec.LookPath(program); err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("this test needs %s on PATH, and CI=true turns the skip into a failure", program)
+	}
+	t.Skipf("needs %s", program)
+}
+
 var (
 	buildOnce sync.Once
 	buildPath string

@@ -5,6 +5,7 @@ package native
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -127,6 +128,9 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
 	cfg.GuestBinary = guestBin
+	if err := checkGuest(guestBin); err != nil {
+		return nil, fmt.Errorf("native runtime: %w", err)
+	}
 	closing, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("native runtime: eventfd: %w", err)
@@ -179,6 +183,20 @@ func capabilities(stateDir string) runtime.Capabilities {
 		c.Missing["grow_disk"] = "growing a running sandbox's disk needs CAP_SYS_RESOURCE, which this daemon lacks"
 	}
 	return c
+}
+
+// checkGuest runs `guest --check`: a binary that cannot harden a sandbox
+// (a cgo build) is refused now, with its reason, not at every create.
+func checkGuest(bin string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "guest", guestapi.CheckFlag)
+	cmd.Env = []string{}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("guest binary %s cannot run sandboxes: %v: %s", bin, err, bytes.TrimSpace(out))
+	}
+	return nil
 }
 
 // installGuest copies the guest binary into the runtime's state dir, named by

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -182,5 +183,25 @@ func TestHardeningInPlace(t *testing.T) {
 	capEff := runtimetest.Sh(t, sb, "grep CapEff /proc/self/status | cut -f2")
 	if capEff == "000001ffffffffff" || capEff == "" {
 		t.Errorf("root inside has every capability: %s", capEff)
+	}
+}
+
+// TestCgoGuestIsRefused: a guest binary built with cgo cannot harden a
+// sandbox (it cannot change every thread's credentials at once); the
+// runtime refuses it when it starts, saying how to build berth, instead of
+// failing every create.
+func TestCgoGuestIsRefused(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireProgram(t, "gcc") // cgo's C compiler
+	bin := filepath.Join(t.TempDir(), "berth-guest-cgo")
+	build := exec.Command("go", "build", "-o", bin, "github.com/berthsh/berth/cmd/berth-guest")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("cgo build: %v\n%s", err, out)
+	}
+	_, err := native.New(runtime.Config{StateDir: testutil.StateDir(t), GuestBinary: bin, Log: slog.New(slog.DiscardHandler)},
+		native.Options{CgroupRoot: cgroupRoot})
+	if err == nil || !strings.Contains(err.Error(), "cgo") || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+		t.Fatalf("a cgo guest: %v", err)
 	}
 }
