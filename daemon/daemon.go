@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +58,9 @@ type Config struct {
 	DefaultTimeouts sandbox.TimeoutDefaults
 	// WarmPool is how many default sandboxes are kept booted ahead of time.
 	WarmPool int
+	// ExecOutputBudget bounds the output plain execs hold in the daemon
+	// together (sandbox.DefaultExecOutputBudget when zero).
+	ExecOutputBudget int64
 	// IDMap maps sandboxes' user and group ids to the host's
 	// (runtime.DefaultIDMap when zero).
 	IDMap runtime.IDMap
@@ -159,8 +163,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		}
 		return nil, fmt.Errorf("default runtime %q is not one berth has (have %v)", cfg.DefaultRuntime, reg.Names())
 	}
+	// Plain execs hold output up to the budget; a soft memory limit a little
+	// above it makes the collector return what finished execs held, instead
+	// of letting the heap grow to twice its peak first. GOMEMLIMIT wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		budget := cfg.ExecOutputBudget
+		if budget == 0 {
+			budget = sandbox.DefaultExecOutputBudget
+		}
+		debug.SetMemoryLimit(budget + 256<<20)
+	}
 	m, err := sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, Unavailable: unavailable, IDMap: cfg.IDMap,
-		DefaultLimits: cfg.DefaultLimits, DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool}, st, d.Runtimes, images, log)
+		DefaultLimits: cfg.DefaultLimits, DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool,
+		ExecOutputBudget: cfg.ExecOutputBudget}, st, d.Runtimes, images, log)
 	if err != nil {
 		return nil, err
 	}

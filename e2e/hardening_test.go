@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +172,75 @@ func TestSecondDaemonIsRefused(t *testing.T) {
 	if r, err := d.client.Exec(t.Context(), sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil || r.ExitCode != 0 {
 		t.Fatalf("the first daemon after the second: %+v %v", r, err)
 	}
+}
+
+// TestExecOutputIsBounded: plain execs hold their output in the daemon
+// until they end; together they hold at most the output budget, past which
+// they fail with resource_exhausted (the daemon's memory stays bounded
+// whatever callers ask for); a streamed exec holds none and is not bound.
+func TestExecOutputIsBounded(t *testing.T) {
+	d := startDaemon(t, "", "--exec-output-budget", "32M")
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 16, 16 << 20
+	var mu sync.Mutex
+	ok, exhausted := 0, 0
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "head -c 16M /dev/zero", MaxOutputBytes: size})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && len(r.Stdout) == size:
+				ok++
+			case errdefs.IsResourceExhausted(err) && strings.Contains(err.Error(), "output budget"):
+				exhausted++
+			default:
+				t.Errorf("exec: %d bytes, %v", len(r.Stdout), err)
+			}
+		}()
+	}
+	wg.Wait()
+	peak := peakRSS(t, d.cmd.Process.Pid)
+	t.Logf("%d execs of 16 MiB with a 32 MiB budget: %d whole, %d refused; daemon peak RSS %d MiB", n, ok, exhausted, peak>>20)
+	if ok == 0 || ok+exhausted != n {
+		t.Fatalf("%d whole, %d refused of %d", ok, exhausted, n)
+	}
+	if peak > 512<<20 {
+		t.Fatalf("daemon peak RSS %d MiB with a 32 MiB output budget", peak>>20)
+	}
+	st, err := d.client.ExecStream(ctx, sb.ID, api.ExecRequest{Shell: "head -c 64M /dev/zero", MaxOutputBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted countWriter
+	if r, err := st.Copy(&counted, io.Discard); err != nil || counted != 64<<20 || r.ExitCode != 0 {
+		t.Fatalf("streamed 64 MiB past the budget: %d bytes, %+v %v", counted, r, err)
+	}
+}
+
+type countWriter int64
+
+func (c *countWriter) Write(b []byte) (int, error) { *c += countWriter(len(b)); return len(b), nil }
+
+// peakRSS is a process's peak resident memory (VmHWM).
+func peakRSS(t *testing.T, pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
 }

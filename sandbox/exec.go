@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -16,16 +17,33 @@ import (
 	"github.com/berthsh/berth/guestclient"
 )
 
-// Exec runs a process and waits for its result.
+// Exec runs a process and waits for its result. The output it holds until
+// the end counts against the daemon's output budget (Config's
+// ExecOutputBudget), shared by every running exec: past it, the exec fails
+// with resource_exhausted and its process is killed, rather than the
+// daemon's memory growing with what callers ask for. A streamed exec holds
+// no output and has no such bound.
 func (m *Manager) Exec(ctx context.Context, tenant, id string, req api.ExecRequest) (api.ExecResult, error) {
 	var res api.ExecResult
-	var stdout, stderr []byte
+	// Chunks as they came, joined once at the end: appending would copy
+	// the output again each time the slice grew.
+	var stdout, stderr [][]byte
+	var held int64
+	defer func() { m.outputs.give(held) }()
 	err := m.execStream(ctx, tenant, id, req, true, func(ev api.ExecEvent) error {
+		if ev.Type == api.EventStdout || ev.Type == api.EventStderr {
+			n := int64(len(ev.Data))
+			if !m.outputs.take(n) {
+				return errdefs.New(errdefs.ResourceExhausted, "exec output: running execs hold the daemon's whole output budget of %d bytes; "+
+					"retry, lower max_output_bytes, or stream the output (stream=true)", m.outputs.size)
+			}
+			held += n
+		}
 		switch ev.Type {
 		case api.EventStdout:
-			stdout = append(stdout, ev.Data...)
+			stdout = append(stdout, ev.Data)
 		case api.EventStderr:
-			stderr = append(stderr, ev.Data...)
+			stderr = append(stderr, ev.Data)
 		case api.EventExit:
 			res = *ev.Result
 		}
@@ -34,8 +52,48 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, req api.ExecReque
 	if err != nil {
 		return res, err
 	}
-	res.Stdout, res.Stderr = nonNil(stdout), nonNil(stderr)
+	res.Stdout, res.Stderr = join(stdout), join(stderr)
 	return res, nil
+}
+
+// join concatenates chunks into one exactly sized slice (never nil).
+func join(chunks [][]byte) []byte {
+	if len(chunks) == 1 {
+		return chunks[0]
+	}
+	n := 0
+	for _, c := range chunks {
+		n += len(c)
+	}
+	out := make([]byte, 0, n)
+	for i, c := range chunks {
+		out = append(out, c...)
+		chunks[i] = nil
+	}
+	return out
+}
+
+// budget is a count of bytes that callers take and give back.
+type budget struct {
+	mu         sync.Mutex
+	size, used int64
+}
+
+// take takes n bytes if they are free.
+func (b *budget) take(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.size {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *budget) give(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
 }
 
 // ExecStream runs a process and hands each event to emit: start, output

@@ -50,7 +50,13 @@ type Config struct {
 	SweepInterval time.Duration
 	// Now is the manager's clock (default time.Now); tests inject one.
 	Now func() time.Time
+	// ExecOutputBudget bounds the output that running plain (not streamed)
+	// execs hold in the daemon together, in bytes (default 512 MiB).
+	ExecOutputBudget int64
 }
+
+// DefaultExecOutputBudget is ExecOutputBudget's default.
+const DefaultExecOutputBudget = 512 << 20
 
 // Images resolves image references into root file systems (image.Store).
 type Images interface {
@@ -72,6 +78,8 @@ type Manager struct {
 
 	mu   sync.Mutex
 	live map[string]*liveSandbox // running sandboxes with a guest connection
+
+	outputs budget // output that plain execs hold until their end
 
 	ops    keyedMutex // one lifecycle operation at a time per sandbox
 	goc    keyedMutex // one get-or-create at a time per tenant and label set
@@ -120,13 +128,16 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, image
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.ExecOutputBudget == 0 {
+		cfg.ExecOutputBudget = DefaultExecOutputBudget
+	}
 	tiers := map[string]*tier{}
 	for name, rt := range runtimes {
 		tiers[name] = &tier{name: name, rt: rt, caps: rt.Capabilities()}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, store: st, tiers: tiers, images: images, log: log, live: map[string]*liveSandbox{},
-		ctx: ctx, cancel: cancel, pool: pool{size: cfg.WarmPool}}, nil
+		ctx: ctx, cancel: cancel, pool: pool{size: cfg.WarmPool}, outputs: budget{size: cfg.ExecOutputBudget}}, nil
 }
 
 // Start re-attaches to every sandbox the store says is running, settles

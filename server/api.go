@@ -273,7 +273,7 @@ func (a *apiGroup) exec(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		return writeJSON(w, http.StatusOK, res)
+		return writeExecResult(w, res)
 	}
 	nd := newNDJSON(w)
 	err = a.m.ExecStream(r.Context(), Tenant(r), id, req, nd.send)

@@ -1,8 +1,12 @@
 package server
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -29,6 +33,40 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	return json.NewEncoder(w).Encode(v)
+}
+
+// writeExecResult writes an exec result whose output may be large: stdout
+// and stderr go out in base64 as they are encoded, not as one more copy of
+// them (and a third, json's buffer) in the daemon's memory. The rest is
+// json.Marshal's own rendering of the result, split around the two fields.
+func writeExecResult(w http.ResponseWriter, res api.ExecResult) error {
+	stdout, stderr := res.Stdout, res.Stderr
+	res.Stdout, res.Stderr = []byte{}, []byte{}
+	skeleton, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	// Quotes inside JSON strings are escaped, so these occur as keys only.
+	out := bytes.Index(skeleton, []byte(`"stdout":""`))
+	errs := bytes.Index(skeleton, []byte(`"stderr":""`))
+	if out < 0 || errs < out {
+		return fmt.Errorf("exec result rendering: no stdout and stderr fields in %s", skeleton)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	field := func(data []byte) {
+		enc := base64.NewEncoder(base64.StdEncoding, bw)
+		enc.Write(data)
+		enc.Close()
+	}
+	bw.Write(skeleton[:out+len(`"stdout":"`)])
+	field(stdout)
+	bw.Write(skeleton[out+len(`"stdout":"`) : errs+len(`"stderr":"`)])
+	field(stderr)
+	bw.Write(skeleton[errs+len(`"stderr":"`):])
+	bw.WriteByte('\n')
+	return bw.Flush()
 }
 
 // writeError writes err as berth's error body with its class's status;

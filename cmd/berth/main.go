@@ -55,11 +55,19 @@ func main() {
 func serveCommand() *cobra.Command {
 	var cfg daemon.Config
 	var debug bool
+	var outputBudget string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the berth daemon",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if outputBudget != "" {
+				n, err := cli.ParseSize(outputBudget)
+				if err != nil || n <= 0 {
+					return fmt.Errorf("--exec-output-budget %q: want a size such as 512M", outputBudget)
+				}
+				cfg.ExecOutputBudget = n
+			}
 			// Whatever started the daemon may have left descriptors open;
 			// none of them may reach a sandbox.
 			if err := fds.CloseOnExecFrom(3); err != nil {
@@ -90,6 +98,7 @@ func serveCommand() *cobra.Command {
 	f.DurationVar(&cfg.DefaultTimeouts.MaxLifetime, "default-max-lifetime", 0, "stop sandboxes this long after creation, unless they set their own (0: never)")
 	f.IntVar(&cfg.WarmPool, "warm-pool", 2, "sandboxes of the default image kept booted ahead of time, so a create is a hand-over (0: none)")
 	f.BoolVar(&cfg.Native.NoSeccomp, "no-seccomp", false, "do not install the seccomp profile in sandboxes (debugging only)")
+	f.StringVar(&outputBudget, "exec-output-budget", "512M", "output that plain (not streamed) execs may hold in the daemon together; past it they fail with resource_exhausted")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	return cmd
 }
