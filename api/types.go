@@ -248,8 +248,12 @@ type RuntimeCapabilities struct {
 	GrowDisk bool `json:"grow_disk"`
 	// Stats: usage is reported (stats, metrics, oom_killed, limit_hit).
 	Stats bool `json:"stats"`
+	// IDMappedLayers: one copy of an image serves every sandbox, mounted
+	// through each sandbox's own range of host ids; without it each range
+	// gets a copy of the image the first time it is used.
+	IDMappedLayers bool `json:"idmapped_layers"`
 	// Missing says why the runtime lacks a capability or limit here, by its
-	// name above (disk_bytes, grow_disk, …).
+	// name above (disk_bytes, grow_disk, idmapped_layers, …).
 	Missing map[string]string `json:"missing,omitempty"`
 }
 

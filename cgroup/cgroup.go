@@ -62,7 +62,11 @@ type Group interface {
 	// Start starts cmd (not yet started) so that the new process is born
 	// inside the group, never briefly outside it. With CLONE_NEWCGROUP in
 	// cmd's Cloneflags the child's cgroup namespace is rooted at the group.
-	Start(cmd *exec.Cmd) error
+	// onThread, unless nil, runs on the OS thread that forks, just before
+	// the fork: it may change that thread's credentials, which the child
+	// (and a user namespace it creates) is born with; the thread ends after
+	// the fork, so no other goroutine ever runs with them.
+	Start(cmd *exec.Cmd, onThread func() error) error
 	// Procs lists the pids in the group.
 	Procs() ([]int, error)
 	// Kill sends SIGKILL to every process in the group and waits (up to 2 s)

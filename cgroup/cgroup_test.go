@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/berthsh/berth/internal/testutil"
 )
 
@@ -56,7 +58,7 @@ func startsFromMainGoroutine() error {
 			return err
 		}
 		cmd := exec.Command("/bin/sleep", "30")
-		err = g.Start(cmd)
+		err = g.Start(cmd, nil)
 		var left []string
 		tasks, _ := filepath.Glob("/proc/self/task/*/cgroup")
 		for _, f := range tasks {
@@ -156,7 +158,7 @@ func create(t *testing.T, m Manager, prefix string) (Group, string) {
 // start starts cmd in g; the test's cleanup kills and reaps it.
 func start(t *testing.T, g Group, cmd *exec.Cmd) {
 	t.Helper()
-	if err := g.Start(cmd); err != nil {
+	if err := g.Start(cmd, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
@@ -697,7 +699,7 @@ func TestConcurrentStarts(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		wg.Go(func() { errs[i] = groups[i].Start(cmds[i]) })
+		wg.Go(func() { errs[i] = groups[i].Start(cmds[i], nil) })
 	}
 	wg.Wait()
 	for i := range n {
@@ -723,5 +725,62 @@ func TestConcurrentStarts(t *testing.T) {
 		if strings.Contains(string(b), "/"+testRoot+"/") {
 			t.Errorf("%s: %s", f, b)
 		}
+	}
+}
+
+// TestStartOnThread: onThread runs on the forking thread just before the
+// fork (the child is born with the credentials it gave that thread), no
+// thread of this process keeps them, and its error fails Start with
+// nothing started. On v1 and v2.
+func TestStartOnThread(t *testing.T) {
+	v1, _ := hostV1(t)
+	v2, err := NewV2(hostV2Mount(t), testRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gid = 4242
+	egid := func(t *testing.T, status string) string {
+		t.Helper()
+		for line := range strings.Lines(readTrim(t, status)) {
+			if rest, ok := strings.CutPrefix(line, "Gid:"); ok {
+				return strings.Fields(rest)[1]
+			}
+		}
+		t.Fatalf("%s: no Gid line", status)
+		return ""
+	}
+	for name, m := range map[string]Manager{"v1": v1, "v2": v2} {
+		t.Run(name, func(t *testing.T) {
+			g, _ := create(t, m, "onthread")
+			cmd := exec.Command("/bin/sleep", "30")
+			err := g.Start(cmd, func() error {
+				// This thread's alone: the syscall package's Setresgid would change every thread.
+				if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, ^uintptr(0), gid, ^uintptr(0)); e != 0 {
+					return e
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			if got := egid(t, fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); got != fmt.Sprint(gid) {
+				t.Errorf("the child's effective gid is %s, want the forking thread's %d", got, gid)
+			}
+			tasks, err := filepath.Glob("/proc/self/task/*/status")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, task := range tasks {
+				if got := egid(t, task); got == fmt.Sprint(gid) {
+					t.Errorf("%s kept the forking thread's credentials", task)
+				}
+			}
+			refused := exec.Command("/bin/sleep", "30")
+			if err := g.Start(refused, func() error { return errors.New("not on this thread") }); err == nil ||
+				!strings.Contains(err.Error(), "not on this thread") || refused.Process != nil {
+				t.Errorf("Start after onThread failed: %v, process %v", err, refused.Process)
+			}
+		})
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/internal/osthread"
 )
 
 // v1Manager keeps groups in the v1 hierarchies of cpu, cpuacct, memory and
@@ -180,49 +182,29 @@ func (g *v1Group) setMemory(limit int64) error {
 
 // Start forks cmd from an OS thread that has moved itself into the group in
 // every hierarchy, so that the child is born inside it (and CLONE_NEWCGROUP
-// roots the child's cgroup namespace at the group).
-//
-// That thread is never unlocked: when its goroutine ends the Go runtime
-// ends the thread, so it never serves other goroutines from inside the
-// sandbox's group. The runtime cannot end the main thread, so if the
-// goroutine lands there it holds it and hands the work to a goroutine on
-// another thread. Start returns once the forking thread is gone, so the
-// daemon is no longer a member of the group.
+// roots the child's cgroup namespace at the group). That thread ends with
+// the fork (osthread.Discarded), so it never serves other goroutines from
+// inside the sandbox's group; Start returns once it is gone, so the daemon
+// is no longer a member of the group.
 //
 // While it forks, the thread counts in the group's pids.current and its
 // kernel allocations are charged to the group's memory.
-func (g *v1Group) Start(cmd *exec.Cmd) error {
-	res := make(chan forkResult, 1)
-	go g.forkInside(cmd, res)
-	r := <-res
-	waitThreadGone(r.tid)
-	return r.err
-}
-
-// forkResult is what forkInside reports: the forking thread and cmd.Start's error.
-type forkResult struct {
-	tid int
-	err error
-}
-
-func (g *v1Group) forkInside(cmd *exec.Cmd, res chan<- forkResult) {
-	runtime.LockOSThread()
-	tid := unix.Gettid()
-	if tid == unix.Getpid() {
-		inner := make(chan forkResult, 1)
-		go g.forkInside(cmd, inner) // cannot run on this thread: it is ours
-		r := <-inner
-		runtime.UnlockOSThread()
-		res <- r
-		return
-	}
-	for _, d := range g.all {
-		if err := writeFile(d, "tasks", strconv.Itoa(tid)); err != nil {
-			res <- forkResult{tid, fmt.Errorf("move forking thread into cgroup: %w", err)}
-			return
+func (g *v1Group) Start(cmd *exec.Cmd, onThread func() error) error {
+	tid, err := osthread.Discarded(func(tid int) error {
+		for _, d := range g.all {
+			if err := writeFile(d, "tasks", strconv.Itoa(tid)); err != nil {
+				return fmt.Errorf("move forking thread into cgroup: %w", err)
+			}
 		}
-	}
-	res <- forkResult{tid, cmd.Start()}
+		if onThread != nil {
+			if err := onThread(); err != nil {
+				return err
+			}
+		}
+		return cmd.Start()
+	})
+	waitThreadGone(tid)
+	return err
 }
 
 // waitThreadGone waits (up to a second) until thread tid of this process

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/berthsh/berth/internal/osthread"
 )
 
 // v2Manager keeps groups in <mount>/<root> of a cgroup2 hierarchy.
@@ -133,8 +135,9 @@ func (g *v2Group) Set(l Limits) error {
 // Start starts cmd with clone3's CLONE_INTO_CGROUP (it sets cmd.SysProcAttr's
 // UseCgroupFD and CgroupFD), so the child is born in the group; with
 // CLONE_NEWCGROUP in cmd's Cloneflags the kernel roots the child's cgroup
-// namespace at the group it was born in.
-func (g *v2Group) Start(cmd *exec.Cmd) error {
+// namespace at the group it was born in. With onThread it forks from a
+// thread of its own (discardedThread).
+func (g *v2Group) Start(cmd *exec.Cmd, onThread func() error) error {
 	f, err := os.Open(g.dir)
 	if err != nil {
 		return fmt.Errorf("open cgroup: %w", err)
@@ -145,7 +148,16 @@ func (g *v2Group) Start(cmd *exec.Cmd) error {
 	}
 	cmd.SysProcAttr.UseCgroupFD = true
 	cmd.SysProcAttr.CgroupFD = int(f.Fd())
-	return cmd.Start()
+	if onThread == nil {
+		return cmd.Start()
+	}
+	_, err = osthread.Discarded(func(int) error {
+		if err := onThread(); err != nil {
+			return err
+		}
+		return cmd.Start()
+	})
+	return err
 }
 
 func (g *v2Group) Procs() ([]int, error) { return readProcs(g.dir) }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,4 +245,108 @@ func peakRSS(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmHWM")
 	return 0
+}
+
+// quotaHog takes, as the user it runs as, every inotify instance the
+// kernel allows it and pipe buffers past the per-user soft quota (pipes
+// grown to 1 MiB until growing is refused), writes how far it got to
+// /tmp/hog, and holds them.
+const quotaHog = `
+import ctypes, fcntl, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while len(fds) < 4096:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    fds.append(fd)
+inotify = (len(fds), ctypes.get_errno())
+pipes = []
+refused = 0
+while len(pipes) < 256:
+    r, w = os.pipe()
+    pipes.append((r, w))
+    try:
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except OSError as e:
+        refused = e.errno
+        break
+with open("/tmp/hog.tmp", "w") as f:
+    f.write("%d %d %d %d\n" % (inotify[0], inotify[1], len(pipes), refused))
+os.rename("/tmp/hog.tmp", "/tmp/hog")
+time.sleep(600)
+`
+
+// quotaProbe prints, for the user it runs as, whether it gets an inotify
+// instance (ok or the errno), a new pipe's size, and whether that pipe
+// grows to 1 MiB (ok or the errno).
+const quotaProbe = `
+import ctypes, fcntl, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+out = ["ok" if fd >= 0 else str(ctypes.get_errno())]
+r, w = os.pipe()
+out.append(str(fcntl.fcntl(w, fcntl.F_GETPIPE_SZ)))
+try:
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)
+    out.append("ok")
+except OSError as e:
+    out.append(str(e.errno))
+print(" ".join(out))
+`
+
+// TestOneSandboxCannotExhaustAnothersQuotas: the kernel's per-user counts
+// are each sandbox's own. A plain user in one sandbox takes every inotify
+// instance it may have (the host's max_user_instances, all of them: no
+// one else shares its count) and pipe buffers past the per-user soft
+// quota, which it then meets itself (no instance, 8 KiB pipes that cannot
+// grow); while it holds them, the same user in another sandbox, root
+// there and root on the host get inotify instances, and the other
+// sandbox's pipes are 64 KiB and grow to 1 MiB. Before each sandbox had
+// its own range and user namespace owner, all of them shared the counts
+// with host root.
+func TestOneSandboxCannotExhaustAnothersQuotas(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	hogged, other := newSandbox(t, d), newSandbox(t, d)
+	if _, err := d.client.StartProcess(ctx, hogged, api.ExecRequest{Cmd: []string{"python3", "-c", quotaHog}, User: "user"}); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	waitFor(t, 30*time.Second, func() bool {
+		r, err := d.client.Exec(ctx, hogged, api.ExecRequest{Shell: "cat /tmp/hog 2>/dev/null"})
+		got = strings.TrimSpace(string(r.Stdout))
+		return err == nil && got != ""
+	})
+	maxInstances, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(got)
+	if len(f) != 4 || f[0] != strings.TrimSpace(string(maxInstances)) || f[1] != strconv.Itoa(int(syscall.EMFILE)) ||
+		f[3] != strconv.Itoa(int(syscall.EPERM)) {
+		t.Fatalf("the hog got %q: want all %s inotify instances then EMFILE, and pipes grown until EPERM",
+			got, strings.TrimSpace(string(maxInstances)))
+	}
+	probe := func(id, user string) string {
+		t.Helper()
+		r, err := d.client.Exec(ctx, id, api.ExecRequest{Cmd: []string{"python3", "-c", quotaProbe}, User: user})
+		if err != nil || r.ExitCode != 0 {
+			t.Fatalf("probe in %s as %s: %+v %v", id, user, r, err)
+		}
+		return strings.TrimSpace(string(r.Stdout))
+	}
+	if got, want := probe(hogged, "user"), fmt.Sprintf("%d 8192 %d", syscall.EMFILE, syscall.EPERM); got != want {
+		t.Errorf("the hog's own user: %q, want %q (it met its own quotas)", got, want)
+	}
+	for _, user := range []string{"user", "root"} {
+		if got := probe(other, user); got != "ok 65536 ok" {
+			t.Errorf("%s in another sandbox: %q, want \"ok 65536 ok\"", user, got)
+		}
+	}
+	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC)
+	if err != nil {
+		t.Fatalf("root on the host: inotify_init1: %v", err)
+	}
+	syscall.Close(fd)
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -39,12 +40,14 @@ func Main(ctx context.Context, args []string, log *slog.Logger) error {
 		return bootPipe(ctx, log)
 	case len(args) == 1 && args[0] == guestapi.CheckFlag:
 		return check()
+	case len(args) == 1 && args[0] == guestapi.ProbeLayersFlag:
+		return probeLayers()
 	case len(args) == 2 && args[0] == guestapi.BootFlagFile:
 		return bootFile(ctx, args[1], log)
 	case len(args) == 1 && strings.HasPrefix(args[0], guestapi.BootFlagFile+"="):
 		return bootFile(ctx, strings.TrimPrefix(args[0], guestapi.BootFlagFile+"="), log)
 	}
-	return fmt.Errorf("usage: berth guest [%s FILE | %s]", guestapi.BootFlagFile, guestapi.CheckFlag)
+	return fmt.Errorf("usage: berth guest [%s FILE | %s | %s]", guestapi.BootFlagFile, guestapi.CheckFlag, guestapi.ProbeLayersFlag)
 }
 
 // check says whether this binary can be a guest at all: it hardens every
@@ -59,18 +62,16 @@ func check() error {
 	return nil
 }
 
-// bootPipe reads the Bootstrap from the pipe on PipeBootstrapFD and reports
-// readiness, or why it failed, on PipeStatusFD.
+// bootPipe receives the Bootstrap, and the mounts it passes, on
+// PipeBootstrapFD and reports readiness, or why it failed, on PipeStatusFD.
 func bootPipe(ctx context.Context, log *slog.Logger) error {
 	status := os.NewFile(guestapi.PipeStatusFD, "status")
-	in := os.NewFile(guestapi.PipeBootstrapFD, "bootstrap")
-	var b guestapi.Bootstrap
-	err := json.NewDecoder(io.LimitReader(in, maxBootstrap)).Decode(&b)
-	in.Close()
+	b, passed, err := receiveBootstrap(guestapi.PipeBootstrapFD)
 	if err != nil {
 		return reportFailure(status, fmt.Errorf("read bootstrap: %w", err))
 	}
-	ln, err := prepare(b, log)
+	ln, err := prepare(b, passed, log)
+	closeAll(passed) // mounted by now, or not at all
 	if err != nil {
 		return reportFailure(status, err)
 	}
@@ -79,6 +80,93 @@ func bootPipe(ctx context.Context, log *slog.Logger) error {
 	}
 	status.Close()
 	return runCore(ctx, ln, b, log)
+}
+
+// receiveBootstrap reads the one message on socket fd, a Bootstrap with the
+// descriptors passed along, and closes fd.
+func receiveBootstrap(fd int) (guestapi.Bootstrap, []int, error) {
+	defer unix.Close(fd)
+	buf := make([]byte, maxBootstrap)
+	oob := make([]byte, unix.CmsgSpace(4*guestapi.MaxPassed))
+	var (
+		n, oobn, flags int
+		err            error
+	)
+	for {
+		n, oobn, flags, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return guestapi.Bootstrap{}, nil, err
+	}
+	var passed []int
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return guestapi.Bootstrap{}, nil, fmt.Errorf("passed descriptors: %w", err)
+		}
+		for _, m := range msgs {
+			fds, err := unix.ParseUnixRights(&m)
+			if err != nil {
+				closeAll(passed)
+				return guestapi.Bootstrap{}, nil, fmt.Errorf("passed descriptors: %w", err)
+			}
+			passed = append(passed, fds...)
+		}
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		closeAll(passed)
+		return guestapi.Bootstrap{}, nil, fmt.Errorf("the bootstrap is over %d bytes or passes over %d descriptors", maxBootstrap, guestapi.MaxPassed)
+	}
+	var b guestapi.Bootstrap
+	if err := json.Unmarshal(buf[:n], &b); err != nil {
+		closeAll(passed)
+		return guestapi.Bootstrap{}, nil, err
+	}
+	return b, passed, nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// probeLayers is `guest --probe-layers` (see guestapi): it mounts the root
+// it receives on a private tmpfs, as a boot would, and checks the probe
+// file through it.
+func probeLayers() error {
+	b, passed, err := receiveBootstrap(guestapi.PipeBootstrapFD)
+	if err != nil {
+		return fmt.Errorf("read bootstrap: %w", err)
+	}
+	defer closeAll(passed)
+	if b.Root == nil {
+		return errors.New("probe: no root")
+	}
+	dir, err := mountRoot(*b.Root, passed)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(dir, guestapi.ProbeFile)
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return err
+	}
+	if st.Uid != 0 || st.Gid != 0 {
+		return fmt.Errorf("a root-owned file of an idmapped layer shows as %d:%d, not 0:0", st.Uid, st.Gid)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("copy up from an idmapped layer: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("x"); err != nil {
+		return fmt.Errorf("copy up from an idmapped layer: %w", err)
+	}
+	return nil
 }
 
 // bootFile reads the Bootstrap from a file and removes it: the token in it
@@ -97,7 +185,7 @@ func bootFile(ctx context.Context, path string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("read bootstrap %s: %w", path, err)
 	}
-	ln, err := prepare(b, log)
+	ln, err := prepare(b, nil, log)
 	if err != nil {
 		return err
 	}
@@ -120,10 +208,11 @@ func reportFailure(status *os.File, err error) error {
 }
 
 // prepare makes the sandbox the Bootstrap describes around the guest: the
-// control listener, the root file system (when asked), the hostname and
-// loopback, and finally the guest's own hardening. The guest expects its
-// own mount, UTS and network namespaces (the runtime made them).
-func prepare(b guestapi.Bootstrap, log *slog.Logger) (net.Listener, error) {
+// control listener, the root file system (when asked; passed are the
+// mounts its layers may name), the hostname and loopback, and finally the
+// guest's own hardening. The guest expects its own mount, UTS and network
+// namespaces (the runtime made them).
+func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener, error) {
 	if b.Token == "" {
 		return nil, errors.New("bootstrap: no token")
 	}
@@ -143,7 +232,7 @@ func prepare(b guestapi.Bootstrap, log *slog.Logger) (net.Listener, error) {
 	}
 	lap("listen")
 	if b.Root != nil {
-		if err := assembleRoot(*b.Root); err != nil {
+		if err := assembleRoot(*b.Root, passed); err != nil {
 			return fail(err)
 		}
 		lap("root")

@@ -17,63 +17,15 @@ import (
 // own mount namespace.
 const stage = "/tmp"
 
-// assembleRoot mounts root's layers as an overlay on the staging tmpfs, binds
-// its mounts and the kernel file systems, and pivots into it. Layers are
-// opened first, before the staging tmpfs can hide them, and mounted through
-// those descriptors.
-func assembleRoot(root guestapi.Root) error {
-	if len(root.Layers) == 0 || root.Upper == "" || root.Work == "" {
-		return fmt.Errorf("root: needs layers, an upper and a work directory")
-	}
-	var lower []string
-	open := func(what, dir string) (int, error) {
-		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return -1, fmt.Errorf("open %s %s: %w", what, dir, err)
-		}
-		return fd, nil
-	}
-	var fds []int
-	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}()
-	for _, l := range root.Layers {
-		fd, err := open("layer", l)
-		if err != nil {
-			return err
-		}
-		fds = append(fds, fd)
-		lower = append(lower, fmt.Sprintf("/proc/self/fd/%d", fd))
-	}
-	upper, err := open("upper layer", root.Upper)
+// assembleRoot mounts root's layers as an overlay on the staging tmpfs
+// (mountRoot), binds its mounts and the kernel file systems, and pivots
+// into it.
+func assembleRoot(root guestapi.Root, passed []int) error {
+	dir, err := mountRoot(root, passed)
 	if err != nil {
 		return err
 	}
-	fds = append(fds, upper)
-	work, err := open("work dir", root.Work)
-	if err != nil {
-		return err
-	}
-	fds = append(fds, work)
-
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
-	}
-	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size=64k"); err != nil {
-		return fmt.Errorf("mount staging tmpfs: %w", err)
-	}
-	dir := filepath.Join(stage, "root")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return fmt.Errorf("make staging root: %w", err)
-	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d,userxattr",
-		strings.Join(lower, ":"), upper, work)
-	if err := unix.Mount("overlay", dir, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("mount root overlay: %w", err)
-	}
-	rootFD, err := open("new root", dir)
+	rootFD, err := openDir("new root", dir)
 	if err != nil {
 		return err
 	}
@@ -101,6 +53,82 @@ func assembleRoot(root guestapi.Root) error {
 		return fmt.Errorf("chdir /: %w", err)
 	}
 	return nil
+}
+
+// mountRoot makes mounts private, mounts the staging tmpfs and on it the
+// overlay of root's layers, and returns the overlay's directory. Layers
+// given as paths are opened first, before the staging tmpfs can hide them,
+// and mounted through those descriptors; passed layers (mounts the runtime
+// idmapped) are moved onto the staging tmpfs, as the overlay takes only
+// paths.
+func mountRoot(root guestapi.Root, passed []int) (string, error) {
+	if len(root.Layers) == 0 || root.Upper == "" || root.Work == "" {
+		return "", fmt.Errorf("root: needs layers, an upper and a work directory")
+	}
+	var fds []int
+	defer func() { closeAll(fds) }()
+	lower := make([]string, len(root.Layers))
+	moved := map[int]int{} // index in lower -> passed mount
+	for i, l := range root.Layers {
+		if n, ok := guestapi.ParsePassedLayer(l); ok {
+			if n < 0 || n >= len(passed) {
+				return "", fmt.Errorf("root: layer %q: %d mounts were passed", l, len(passed))
+			}
+			moved[i] = passed[n]
+			continue
+		}
+		fd, err := openDir("layer", l)
+		if err != nil {
+			return "", err
+		}
+		fds = append(fds, fd)
+		lower[i] = fdPath(fd)
+	}
+	upper, err := openDir("upper layer", root.Upper)
+	if err != nil {
+		return "", err
+	}
+	fds = append(fds, upper)
+	work, err := openDir("work dir", root.Work)
+	if err != nil {
+		return "", err
+	}
+	fds = append(fds, work)
+
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return "", fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size=64k"); err != nil {
+		return "", fmt.Errorf("mount staging tmpfs: %w", err)
+	}
+	for i, fd := range moved {
+		p := filepath.Join(stage, "layer"+strconv.Itoa(i))
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return "", fmt.Errorf("make staging layer: %w", err)
+		}
+		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return "", fmt.Errorf("move passed layer %d into place: %w", i, err)
+		}
+		lower[i] = p
+	}
+	dir := filepath.Join(stage, "root")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("make staging root: %w", err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr",
+		strings.Join(lower, ":"), fdPath(upper), fdPath(work))
+	if err := unix.Mount("overlay", dir, "overlay", 0, opts); err != nil {
+		return "", fmt.Errorf("mount root overlay: %w", err)
+	}
+	return dir, nil
+}
+
+func openDir(what, dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open %s %s: %w", what, dir, err)
+	}
+	return fd, nil
 }
 
 // mountPoint opens directory target of the new root (made if missing) with

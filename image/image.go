@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/berthsh/berth/errdefs"
@@ -49,7 +50,10 @@ type Resolved struct {
 }
 
 // Resolve returns image ref prepared for sandboxes whose ids map as ids.
-// An unknown reference is invalid_argument naming it.
+// With Unmapped as ids the layers' files are owned as sandboxes see them
+// (for a runtime that idmaps layers): one copy serves every sandbox, and it
+// is kept where only root can reach it, as the runtime opens it, never a
+// sandbox. An unknown reference is invalid_argument naming it.
 func (s *Store) Resolve(ctx context.Context, ref string, ids runtime.IDMap) (Resolved, error) {
 	if ref != Host {
 		return Resolved{}, errdefs.New(errdefs.InvalidArgument, "image %q: the native runtime has only the \"host\" image so far", ref)
@@ -58,15 +62,30 @@ func (s *Store) Resolve(ctx context.Context, ref string, ids runtime.IDMap) (Res
 	defer s.mu.Unlock()
 	img, ok := s.hosts[ids]
 	if !ok {
+		dir := s.dir
+		if ids.HostID == Unmapped.HostID {
+			// Files owned by host uids 0 and 1000: no host user may reach them.
+			dir = filepath.Join(s.dir, "unmapped")
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return Resolved{}, fmt.Errorf("image store: %w", err)
+			}
+			if err := os.Chmod(dir, 0o700); err != nil {
+				return Resolved{}, fmt.Errorf("image store: %w", err)
+			}
+		}
 		var err error
-		if img, err = buildHostImage(s.dir, ids); err != nil {
+		if img, err = buildHostImage(dir, ids); err != nil {
 			return Resolved{}, fmt.Errorf("host image: %w", err)
 		}
 		s.hosts[ids] = img
 		s.log.Info("host image ready", "dir", img.dir, "id_base", ids.HostID)
 	}
 	return Resolved{
-		Root:   runtime.RootFS{Image: ref, Layers: []string{img.dir}},
+		Root:   runtime.RootFS{Image: ref, Layers: []string{img.dir}, IDMapped: ids.HostID == Unmapped.HostID},
 		Mounts: append([]runtime.Mount(nil), img.mounts...),
 	}, nil
 }
+
+// Unmapped is the mapping to resolve an image with for a runtime that
+// idmaps its layers: ids on disk are the ids inside.
+var Unmapped = runtime.IDMap{HostID: 0, Size: 65536}

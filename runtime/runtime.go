@@ -38,9 +38,16 @@ type Spec struct {
 type RootFS struct {
 	// Image is the reference the root was resolved from (for logs and errors).
 	Image string
-	// Layers are read-only directories, topmost first, with files owned as
-	// Spec.Users maps them (the sandbox's root owns what root owns inside).
+	// Layers are read-only directories, topmost first. Their files are owned
+	// as Spec.Users maps them (the sandbox's root owns what root owns
+	// inside), unless IDMapped.
 	Layers []string
+	// IDMapped says the layers' files are owned as the sandbox sees them
+	// (root's are uid 0 on the host): the runtime mounts each layer through
+	// Spec.Users (an idmapped mount), so one copy of a layer serves every
+	// sandbox whatever its range. Only for a runtime with
+	// Capabilities.IDMappedLayers.
+	IDMapped bool
 }
 
 // Mount binds host directory Source at Target inside the sandbox.
@@ -50,17 +57,38 @@ type Mount struct {
 }
 
 // IDMap maps ids 0..Size-1 inside a sandbox to HostID..HostID+Size-1 outside,
-// for users and groups alike.
+// for users and groups alike. A runtime makes the sandbox's user namespace
+// owned by HostID (the sandbox's root), not by the daemon's root: the
+// kernel charges per-user counts (inotify instances and watches, pending
+// signals, message queue bytes, processes) to a user namespace's owner, and
+// per-uid ones (the pipe-buffer and keyring quotas) to the host uid, so a
+// sandbox with a range of its own exhausts only its own.
 type IDMap struct {
 	HostID uint32
 	Size   uint32
 }
 
-// DefaultIDMap is the mapping sandboxes get unless the daemon is told
+// DefaultIDMap is the base of sandboxes' mappings unless the daemon is told
 // otherwise: uid and gid 0..65535 inside are 1,000,000,000.. outside, far
 // above the ranges that /etc/subuid hands to users, so sandboxes share no
-// ids with anything else on the host.
+// ids with anything else on the host. The manager gives each sandbox a
+// range of its own above it (Range); range 0 is the one sandboxes shared
+// before ranges were per sandbox.
 var DefaultIDMap = IDMap{HostID: 1_000_000_000, Size: 65536}
+
+// Range is the n-th range of m's size from m's base: n*Size above it.
+func (m IDMap) Range(n uint32) IDMap {
+	return IDMap{HostID: m.HostID + n*m.Size, Size: m.Size}
+}
+
+// Ranges is how many ranges fit from m's base below the highest valid id
+// (4294967294; 4294967295 is the kernel's "no id").
+func (m IDMap) Ranges() uint32 {
+	if m.Size == 0 {
+		return 0
+	}
+	return uint32((uint64(1<<32-1) - uint64(m.HostID)) / uint64(m.Size))
+}
 
 // Network modes.
 const (
@@ -117,9 +145,14 @@ type Capabilities struct {
 	GrowDisk bool
 	// Stats: the runtime implements StatsProvider.
 	Stats bool
+	// IDMappedLayers: the runtime mounts layers through a sandbox's user
+	// mapping (RootFS.IDMapped), so sandboxes with different ranges share
+	// one copy of each layer.
+	IDMappedLayers bool
 	// Missing says why the runtime lacks a capability it could have on
 	// another host, by the name of the limit or capability: "disk_bytes",
-	// "grow_disk", "stop_start", … The manager quotes it when it refuses.
+	// "grow_disk", "stop_start", "idmapped_layers", … The manager quotes it
+	// when it refuses.
 	Missing map[string]string
 }
 

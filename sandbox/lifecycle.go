@@ -122,7 +122,7 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	spec, err := m.resolve(ctx, id, req)
+	spec, err := m.resolve(ctx, id, rec.IDRange, req)
 	if err != nil {
 		return err
 	}

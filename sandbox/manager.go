@@ -34,8 +34,9 @@ type Config struct {
 	DefaultImage string
 	// Unavailable names the runtimes that cannot run on this host, with why.
 	Unavailable map[string]string
-	// IDMap maps sandboxes' user and group ids to the host's
-	// (runtime.DefaultIDMap when zero).
+	// IDMap is the base of sandboxes' mappings of user and group ids to
+	// the host's (runtime.DefaultIDMap when zero): each sandbox gets a
+	// range of its size above it.
 	IDMap runtime.IDMap
 	// DefaultLimits fill the zero fields of a create request's limits.
 	DefaultLimits api.Limits
@@ -79,7 +80,8 @@ type Manager struct {
 	mu   sync.Mutex
 	live map[string]*liveSandbox // running sandboxes with a guest connection
 
-	outputs budget // output that plain execs hold until their end
+	outputs budget    // output that plain execs hold until their end
+	ranges  *idRanges // sandboxes' ranges of host ids
 
 	ops    keyedMutex // one lifecycle operation at a time per sandbox
 	goc    keyedMutex // one get-or-create at a time per tenant and label set
@@ -119,6 +121,9 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, image
 	if cfg.IDMap.Size == 0 {
 		cfg.IDMap = runtime.DefaultIDMap
 	}
+	if cfg.IDMap.HostID == 0 || cfg.IDMap.Ranges() < 2 {
+		return nil, fmt.Errorf("id map %d+%d: the base must be above 0 (sandboxes' root would be the host's) and leave room for ranges", cfg.IDMap.HostID, cfg.IDMap.Size)
+	}
 	if cfg.CreateTimeout == 0 {
 		cfg.CreateTimeout = 30 * time.Second
 	}
@@ -137,7 +142,8 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, image
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, store: st, tiers: tiers, images: images, log: log, live: map[string]*liveSandbox{},
-		ctx: ctx, cancel: cancel, pool: pool{size: cfg.WarmPool}, outputs: budget{size: cfg.ExecOutputBudget}}, nil
+		ctx: ctx, cancel: cancel, pool: pool{size: cfg.WarmPool}, outputs: budget{size: cfg.ExecOutputBudget},
+		ranges: newIDRanges(cfg.IDMap.Ranges())}, nil
 }
 
 // Start re-attaches to every sandbox the store says is running, settles
@@ -148,6 +154,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	all, err := m.store.ListSandboxes(ctx, "", labels.Selector{})
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	for _, rec := range all {
+		m.ranges.hold(rec.ID, rec.IDRange)
 	}
 	for _, rec := range all {
 		switch rec.State {
@@ -201,11 +210,14 @@ func (m *Manager) setState(id, state, why string) {
 	}
 }
 
-// forget deletes a sandbox's row on a path that can only log a failure.
+// forget deletes a sandbox's row, and frees its id range, on a path that
+// can only log a failure.
 func (m *Manager) forget(id string) {
 	if err := m.store.DeleteSandbox(context.Background(), id); err != nil && !errdefs.IsNotFound(err) {
 		m.log.Error("delete row", "sandbox", id, "err", err)
+		return
 	}
+	m.ranges.release(id)
 }
 
 // undoCreate deletes what a runtime made for a create that failed later.
@@ -334,21 +346,28 @@ func (m *Manager) boot(ctx context.Context, tenant, state string, req api.Create
 	if err != nil {
 		return api.Sandbox{}, "", err
 	}
-	spec, err := m.resolve(ctx, id, req)
+	idRange, err := m.ranges.take(id)
 	if err != nil {
+		return api.Sandbox{}, "", err
+	}
+	spec, err := m.resolve(ctx, id, idRange, req)
+	if err != nil {
+		m.ranges.release(id)
 		return api.Sandbox{}, "", err
 	}
 	specJSON, err := json.Marshal(req)
 	if err != nil {
+		m.ranges.release(id)
 		return api.Sandbox{}, "", err
 	}
 	now := m.cfg.Now().UTC()
 	rec := store.Sandbox{ID: id, Tenant: tenant, State: api.StateCreating, Image: req.Image, Runtime: req.Runtime,
-		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now}
+		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now, IDRange: idRange}
 	if state == statePooled {
 		rec.State = statePooled // a crash before the end is cleaned up like a creating one
 	}
 	if err := m.store.CreateSandbox(ctx, rec); err != nil {
+		m.ranges.release(id)
 		return api.Sandbox{}, "", err
 	}
 	// From here a failure must remove the row (and the runtime rolls back its own half).
@@ -471,6 +490,7 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	if err := m.store.DeleteSandbox(ctx, id); err != nil {
 		return err
 	}
+	m.ranges.release(id)
 	m.emit(id, api.SandboxDeleted)
 	return nil
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"reflect"
@@ -22,14 +23,16 @@ import (
 // The tests in this file drive the manager over the fake runtime: a real
 // SQLite store, a real guest protocol over in-memory pipes, no root.
 
-// staticImages resolves "host" to a fixed root, as the image package would.
+// staticImages resolves "host" to a root named by the mapping it is made
+// for, as the image package would.
 type staticImages struct{}
 
 func (staticImages) Resolve(_ context.Context, ref string, ids runtime.IDMap) (image.Resolved, error) {
 	if ref != image.Host {
 		return image.Resolved{}, errdefs.New(errdefs.InvalidArgument, "image %q: no such image here", ref)
 	}
-	return image.Resolved{Root: runtime.RootFS{Image: ref, Layers: []string{"/images/host"}},
+	return image.Resolved{
+		Root:   runtime.RootFS{Image: ref, Layers: []string{fmt.Sprintf("/images/host-%d", ids.HostID)}, IDMapped: ids == image.Unmapped},
 		Mounts: []runtime.Mount{{Source: "/usr", Target: "/usr", ReadOnly: true}}}, nil
 }
 
@@ -98,9 +101,9 @@ func TestOneResolvedSpec(t *testing.T) {
 		t.Fatalf("creates: %+v", created)
 	}
 	want := runtime.Spec{ID: sb.ID, Hostname: sb.ID,
-		Root:    runtime.RootFS{Image: "host", Layers: []string{"/images/host"}},
+		Root:    runtime.RootFS{Image: "host", Layers: []string{"/images/host-1000065536"}},
 		Mounts:  []runtime.Mount{{Source: "/usr", Target: "/usr", ReadOnly: true}},
-		Users:   runtime.DefaultIDMap,
+		Users:   runtime.IDMap{HostID: 1_000_065_536, Size: 65536},
 		Network: runtime.Network{Mode: runtime.NetworkNone},
 		Limits:  runtime.Limits{MemoryBytes: 256 << 20, Pids: 512}}
 	if !reflect.DeepEqual(created[0].Spec, want) {
@@ -118,6 +121,134 @@ func TestOneResolvedSpec(t *testing.T) {
 	}
 	if res, err := w.m.Exec(ctx, "", sb.ID, api.ExecRequest{Cmd: []string{"echo", "back"}}); err != nil || string(res.Stdout) != "back\n" {
 		t.Fatalf("exec after start: %+v %v", res, err)
+	}
+}
+
+// TestEachSandboxHasItsOwnIDRange: sandboxes get distinct ranges of host
+// ids, lowest free first; a range comes free when its sandbox is deleted
+// or its create fails, not when it stops; the store keeps ranges across a
+// restart, and a sandbox from before ranges keeps range 0. A runtime that
+// idmaps layers gets one unmapped copy of the image for all.
+func TestEachSandboxHasItsOwnIDRange(t *testing.T) {
+	w := newFakeWorld(t, fake.Capabilities(), Config{})
+	ctx := t.Context()
+	base := runtime.DefaultIDMap
+	specOf := func(id string) runtime.Spec {
+		t.Helper()
+		var last runtime.Spec
+		for _, c := range w.rt.Calls() {
+			if (c.Op == "create" || c.Op == "start") && c.Spec.ID == id {
+				last = c.Spec
+			}
+		}
+		if last.ID == "" {
+			t.Fatalf("no spec for %s", id)
+		}
+		return last
+	}
+	create := func() api.Sandbox {
+		t.Helper()
+		sb, err := w.m.Create(ctx, "", api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	wantRange := func(id string, n uint32) {
+		t.Helper()
+		spec := specOf(id)
+		want := base.Range(n)
+		if spec.Users != want || spec.Root.IDMapped || spec.Root.Layers[0] != fmt.Sprintf("/images/host-%d", want.HostID) {
+			t.Fatalf("%s: users %+v root %+v, want range %d (%+v) with an image owned by it", id, spec.Users, spec.Root, n, want)
+		}
+		rec, err := w.store.GetSandbox(ctx, id)
+		if err != nil || rec.IDRange != n {
+			t.Fatalf("%s: stored range %d (%v), want %d", id, rec.IDRange, err, n)
+		}
+	}
+	a, b := create(), create()
+	wantRange(a.ID, 1)
+	wantRange(b.ID, 2)
+	if _, err := w.m.Stop(ctx, "", a.ID); err != nil {
+		t.Fatal(err)
+	}
+	c := create()
+	wantRange(c.ID, 3) // a stopped sandbox keeps its files, owned by its range
+	if _, err := w.m.StartSandbox(ctx, "", a.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantRange(a.ID, 1)
+	if err := w.m.Delete(ctx, "", b.ID); err != nil {
+		t.Fatal(err)
+	}
+	w.rt.Fail("create", errors.New("boom"))
+	if _, err := w.m.Create(ctx, "", api.CreateSandboxRequest{}); err == nil {
+		t.Fatal("create did not fail")
+	}
+	w.rt.Fail("create", nil)
+	d := create()
+	wantRange(d.ID, 2) // b's, and not lost to the failed create
+
+	// A sandbox made before ranges were per sandbox (its row says range
+	// 0), and a restart.
+	old := create()
+	wantRange(old.ID, 4)
+	if _, err := w.m.Stop(ctx, "", old.ID); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := w.store.GetSandbox(ctx, old.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.IDRange = 0
+	if err := w.store.DeleteSandbox(ctx, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.store.CreateSandbox(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	w.m.Close()
+	w.m = w.start(t)
+	if _, err := w.m.StartSandbox(ctx, "", old.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := specOf(old.ID).Users; got != base {
+		t.Fatalf("a sandbox from before ranges: users %+v, want the shared range %+v", got, base)
+	}
+	e := create()
+	wantRange(e.ID, 4) // 1, 2 and 3 are held, as the store says
+
+	// A runtime that idmaps layers: one image, unmapped, for every range.
+	caps := fake.Capabilities()
+	caps.IDMappedLayers = true
+	w2 := newFakeWorld(t, caps, Config{})
+	sb, err := w2.m.Create(ctx, "", api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := calls(w2.rt, "create")[0].Spec
+	if spec.Users != base.Range(1) || !spec.Root.IDMapped || spec.Root.Layers[0] != "/images/host-0" {
+		t.Fatalf("%s on a runtime that idmaps layers: users %+v root %+v", sb.ID, spec.Users, spec.Root)
+	}
+}
+
+func TestIDRangesRunOut(t *testing.T) {
+	r := newIDRanges(3) // ranges 1 and 2
+	for i, id := range []string{"a", "b"} {
+		if n, err := r.take(id); err != nil || n != uint32(i+1) {
+			t.Fatalf("take %s: %d %v", id, n, err)
+		}
+	}
+	if _, err := r.take("c"); !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "2 id ranges") {
+		t.Fatalf("third take: %v, want resource_exhausted naming the count", err)
+	}
+	r.release("a")
+	if n, err := r.take("c"); err != nil || n != 1 {
+		t.Fatalf("take after a release: %d %v", n, err)
+	}
+	if _, err := New(Config{DefaultRuntime: fake.Name, IDMap: runtime.IDMap{HostID: 0, Size: 65536}}, nil,
+		map[string]runtime.Runtime{fake.Name: fake.New(fake.Capabilities())}, staticImages{}, slog.New(slog.DiscardHandler)); err == nil {
+		t.Fatal("an id map based at host uid 0 was accepted")
 	}
 }
 

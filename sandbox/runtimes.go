@@ -93,7 +93,7 @@ func (m *Manager) RuntimeInfo() []api.Runtime {
 					DiskBytes: c.Host.DiskBytes, OpenFiles: c.Host.OpenFiles},
 				NetworkModes: slices.Clone(c.NetworkModes),
 				StopStart:    c.StopStart, UpdateLimits: c.UpdateLimits, GrowDisk: c.GrowDisk, Stats: c.Stats,
-				Missing: maps.Clone(c.Missing),
+				IDMappedLayers: c.IDMappedLayers, Missing: maps.Clone(c.Missing),
 			}})
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.cfg.Unavailable)) {

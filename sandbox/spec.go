@@ -4,17 +4,31 @@ import (
 	"context"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/runtime"
 )
 
 // resolve turns a normalized request into the one runtime.Spec its runtime
-// realizes: the image's layers and mounts prepared for the sandbox's user
-// mapping, the network attachment and the limits. Create, start and the
-// warm pool all come through here, so what a sandbox is made of is decided
-// in this one place; the network and snapshot subsystems add their parts
-// here too.
-func (m *Manager) resolve(ctx context.Context, id string, req api.CreateSandboxRequest) (runtime.Spec, error) {
-	img, err := m.images.Resolve(ctx, req.Image, m.cfg.IDMap)
+// realizes: the sandbox's own range of host ids (idRange, see idRanges),
+// the image's layers and mounts prepared for it, the network attachment and
+// the limits. Create, start and the warm pool all come through here, so
+// what a sandbox is made of is decided in this one place; the network and
+// snapshot subsystems add their parts here too.
+//
+// A runtime that idmaps layers gets the image as one copy for every
+// sandbox, mounted through each one's range; for another the image store
+// keeps a copy owned by the range (made the first time a range is used).
+func (m *Manager) resolve(ctx context.Context, id string, idRange uint32, req api.CreateSandboxRequest) (runtime.Spec, error) {
+	t, err := m.tier(req.Runtime)
+	if err != nil {
+		return runtime.Spec{}, err
+	}
+	users := m.cfg.IDMap.Range(idRange)
+	layers := users
+	if t.caps.IDMappedLayers {
+		layers = image.Unmapped
+	}
+	img, err := m.images.Resolve(ctx, req.Image, layers)
 	if err != nil {
 		return runtime.Spec{}, err
 	}
@@ -23,7 +37,7 @@ func (m *Manager) resolve(ctx context.Context, id string, req api.CreateSandboxR
 		Hostname: id,
 		Root:     img.Root,
 		Mounts:   img.Mounts,
-		Users:    m.cfg.IDMap,
+		Users:    users,
 		Network:  runtime.Network{Mode: runtime.NetworkNone},
 		Limits:   runtime.Limits(req.Limits),
 	}, nil

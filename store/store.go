@@ -47,6 +47,8 @@ func migrations() []string {
 		);
 		CREATE INDEX sandbox_labels_kv ON sandbox_labels(key, value);`,
 		`ALTER TABLE sandboxes ADD COLUMN stopped_at INTEGER NOT NULL DEFAULT 0;`,
+		`ALTER TABLE sandboxes ADD COLUMN id_range INTEGER NOT NULL DEFAULT 0;
+		CREATE UNIQUE INDEX sandboxes_id_range ON sandboxes(id_range) WHERE id_range > 0;`,
 	}
 }
 
@@ -80,6 +82,10 @@ type Sandbox struct {
 	UpdatedAt time.Time
 	// StoppedAt is when the sandbox last stopped; zero unless it is stopped.
 	StoppedAt time.Time
+	// IDRange is the sandbox's range of host uids and gids (see
+	// runtime.IDMap.Range): no two sandboxes hold the same range above 0,
+	// the range sandboxes made before ranges were per sandbox share.
+	IDRange uint32
 }
 
 // Open opens the store at path, creating the file (mode 0600) if needed, in
@@ -285,12 +291,15 @@ func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox) error {
 	}
 	return inTx(ctx, s.w, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
-			(id, tenant, state, image, runtime, spec, runtime_state, error, created_at, updated_at, stopped_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			(id, tenant, state, image, runtime, spec, runtime_state, error, created_at, updated_at, stopped_at, id_range)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.Tenant, sb.State, sb.Image, sb.Runtime, []byte(append(json.RawMessage{}, sb.Spec...)),
-			blob(sb.RuntimeState), sb.Error, created, updated, stopped)
+			blob(sb.RuntimeState), sb.Error, created, updated, stopped, sb.IDRange)
 		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 			return errdefs.New(errdefs.AlreadyExists, "sandbox %q already exists", sb.ID)
+		}
+		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
+			return errdefs.New(errdefs.AlreadyExists, "sandbox %q: id range %d is another sandbox's", sb.ID, sb.IDRange)
 		}
 		if err != nil {
 			return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
@@ -317,7 +326,7 @@ func insertLabels(ctx context.Context, tx *sql.Tx, id string, m map[string]strin
 }
 
 const sandboxColumns = `s.id, s.tenant, s.state, s.image, s.runtime, s.spec, s.runtime_state, s.error,
-	s.created_at, s.updated_at, s.stopped_at`
+	s.created_at, s.updated_at, s.stopped_at, s.id_range`
 
 func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var (
@@ -326,7 +335,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 		created, updated, stopped int64
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Image, &sb.Runtime, &spec, &rs, &sb.Error,
-		&created, &updated, &stopped)
+		&created, &updated, &stopped, &sb.IDRange)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -566,8 +575,9 @@ func (s *Store) SetLabels(ctx context.Context, id string, m map[string]string) e
 }
 
 // ReplaceSandbox atomically overwrites sandbox sb.ID, if it is in state
-// from, with sb: every field and the labels, except the runtime state,
-// which the running sandbox keeps, and the stop time, which it clears. It is
+// from, with sb: every field and the labels, except the runtime state and
+// the id range, which the running sandbox keeps, and the stop time, which
+// it clears. It is
 // how a pooled sandbox is handed over: not_found if no sandbox sb.ID is in
 // state from. Zero times are defaulted as by CreateSandbox.
 func (s *Store) ReplaceSandbox(ctx context.Context, from string, sb Sandbox) error {

@@ -43,7 +43,7 @@ func sample(id string, lbls map[string]string) Sandbox {
 func same(t *testing.T, got, want Sandbox) {
 	t.Helper()
 	if got.ID != want.ID || got.Tenant != want.Tenant || got.State != want.State || got.Image != want.Image ||
-		got.Runtime != want.Runtime || got.Error != want.Error ||
+		got.Runtime != want.Runtime || got.Error != want.Error || got.IDRange != want.IDRange ||
 		string(got.Spec) != string(want.Spec) || string(got.RuntimeState) != string(want.RuntimeState) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
 	}
@@ -113,6 +113,7 @@ func TestRoundTrip(t *testing.T) {
 	s := newStore(t)
 	ctx := t.Context()
 	in := sample("sb-1", map[string]string{"thread_id": "conv-42", "berth.sh/owner": "a b=c,d"})
+	in.IDRange = 7
 	if err := s.CreateSandbox(ctx, in); err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +198,7 @@ func TestErrorClasses(t *testing.T) {
 	s := newStore(t)
 	ctx := t.Context()
 	in := sample("sb-1", map[string]string{"k": "v"})
+	in.IDRange = 7
 	if err := s.CreateSandbox(ctx, in); err != nil {
 		t.Fatal(err)
 	}
@@ -222,6 +224,18 @@ func TestErrorClasses(t *testing.T) {
 			t.Errorf("%s of a missing sandbox: %v, want not_found naming sb-none", op, err)
 		}
 	}
+	taken := sample("sb-2", nil)
+	taken.IDRange = in.IDRange
+	if err := s.CreateSandbox(ctx, taken); !errdefs.IsAlreadyExists(err) || !strings.Contains(err.Error(), "id range 7") {
+		t.Errorf("create with another sandbox's id range: %v, want already_exists naming it", err)
+	}
+	for _, id := range []string{"sb-shared-1", "sb-shared-2"} { // range 0 is shared
+		shared := sample(id, nil)
+		shared.IDRange = 0
+		if err := s.CreateSandbox(ctx, shared); err != nil {
+			t.Errorf("create in range 0: %v", err)
+		}
+	}
 	if err := s.CreateSandbox(ctx, Sandbox{State: "running"}); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("create without id: %v, want invalid_argument", err)
 	}
@@ -243,7 +257,7 @@ func TestReplaceSandbox(t *testing.T) {
 	s := newStore(t)
 	ctx := t.Context()
 	pooled := sample("sb-p", map[string]string{"pool": "1"})
-	pooled.State, pooled.Tenant = "pooled", ""
+	pooled.State, pooled.Tenant, pooled.IDRange = "pooled", "", 3
 	if err := s.CreateSandbox(ctx, pooled); err != nil {
 		t.Fatal(err)
 	}
@@ -252,6 +266,7 @@ func TestReplaceSandbox(t *testing.T) {
 	claimed.CreatedAt = claimed.CreatedAt.Add(time.Hour)
 	claimed.UpdatedAt = claimed.CreatedAt
 	claimed.RuntimeState = json.RawMessage(`{"ignored":true}`)
+	claimed.IDRange = 99
 	if err := s.ReplaceSandbox(ctx, "pooled", claimed); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +275,7 @@ func TestReplaceSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := claimed
-	want.RuntimeState = pooled.RuntimeState // kept
+	want.RuntimeState, want.IDRange = pooled.RuntimeState, pooled.IDRange // kept
 	same(t, got, want)
 	if err := s.ReplaceSandbox(ctx, "pooled", claimed); !errdefs.IsNotFound(err) {
 		t.Fatalf("second hand-over: %v, want not_found", err)
@@ -424,8 +439,8 @@ func TestReopen(t *testing.T) {
 }
 
 func TestMigratesOldSchema(t *testing.T) {
-	// A file at schema version 1 (before stopped_at) gains the column and
-	// keeps its rows.
+	// A file at schema version 1 (before stopped_at and id_range) gains
+	// the columns and keeps its rows, in the id range sandboxes shared.
 	path := filepath.Join(t.TempDir(), "berth.db")
 	ctx := t.Context()
 	s := open(t, path)
@@ -442,7 +457,8 @@ func TestMigratesOldSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != "running" || !got.StoppedAt.IsZero() || got.CreatedAt.UnixNano() != 5 || got.UpdatedAt.UnixNano() != 6 {
+	if got.State != "running" || !got.StoppedAt.IsZero() || got.CreatedAt.UnixNano() != 5 || got.UpdatedAt.UnixNano() != 6 ||
+		got.IDRange != 0 {
 		t.Fatalf("migrated row: %+v", got)
 	}
 }

@@ -1,5 +1,10 @@
 package guestapi
 
+import (
+	"strconv"
+	"strings"
+)
+
 // Bootstrap is everything the guest needs before it serves: who it is, the
 // token it proves, where it listens, the root to assemble and how far to
 // harden itself. It is the same for every runtime. How it reaches the guest
@@ -26,7 +31,9 @@ type Bootstrap struct {
 // Root describes a root file system as directories the guest can see when it
 // boots: read-only layers under a writable one, and directories bound in.
 type Root struct {
-	// Layers are read-only directories, topmost first (overlayfs lowerdirs).
+	// Layers are read-only directories, topmost first (overlayfs lowerdirs):
+	// a path, or PassedLayer(i), the i-th mount the runtime passed with the
+	// Bootstrap (BootPipe), already idmapped to the sandbox's range.
 	Layers []string `json:"layers"`
 	// Upper and Work are the writable layer and overlayfs's scratch
 	// directory, on the same file system.
@@ -46,12 +53,34 @@ type Mount struct {
 // ListenUnix prefixes a unix socket address in Bootstrap.Listen.
 const ListenUnix = "unix:"
 
+// passedPrefix marks a layer passed as a mount descriptor.
+const passedPrefix = "fd:"
+
+// PassedLayer names the i-th mount passed with a Bootstrap as a layer.
+func PassedLayer(i int) string { return passedPrefix + strconv.Itoa(i) }
+
+// ParsePassedLayer says whether layer names a passed mount and which:
+// i is -1 for a malformed name.
+func ParsePassedLayer(layer string) (i int, passed bool) {
+	s, ok := strings.CutPrefix(layer, passedPrefix)
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s)
+	if err != nil || i < 0 || i >= MaxPassed {
+		return -1, true
+	}
+	return i, true
+}
+
 // Boot modes: how a runtime starts `berth guest` and hands it a Bootstrap.
 //
 // BootPipe (`berth guest`, the native runtime): the Bootstrap arrives as JSON
-// on file descriptor PipeBootstrapFD, which is then closed; the guest answers
-// on PipeStatusFD with StatusReady once it serves, or with an Error as JSON
-// if it cannot. The runtime learns of a failure at once, with the reason.
+// in one message on PipeBootstrapFD, a unix SOCK_SEQPACKET socket, with the
+// mounts its passed layers name as SCM_RIGHTS descriptors (at most
+// MaxPassed); the socket is then closed. The guest answers on PipeStatusFD
+// with StatusReady once it serves, or with an Error as JSON if it cannot.
+// The runtime learns of a failure at once, with the reason.
 //
 // BootFile (`berth guest --bootstrap FILE`): the Bootstrap is the JSON in
 // FILE, which the guest removes once read. The guest is ready when it
@@ -61,8 +90,17 @@ const ListenUnix = "unix:"
 //
 // `berth guest --check` only says, by its exit status (and why on stderr),
 // whether the binary can be a guest; runtimes run it when they start.
+//
+// `berth guest --probe-layers`, started in new user and mount namespaces,
+// receives a Bootstrap as BootPipe does whose Root has one passed layer
+// holding a file ProbeFile, mounts the root on a private tmpfs and checks
+// that the file is root's and copies up when written: whether this kernel
+// builds a root from idmapped layers. Its exit status says; stderr says why not.
 const (
 	CheckFlag       = "--check"
+	ProbeLayersFlag = "--probe-layers"
+	ProbeFile       = "probe"
+	MaxPassed       = 128
 	BootFlagFile    = "--bootstrap"
 	PipeBootstrapFD = 3
 	PipeStatusFD    = 4

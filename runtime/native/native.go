@@ -33,6 +33,7 @@ import (
 	"github.com/berthsh/berth/cgroup"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/internal/hostpath"
+	"github.com/berthsh/berth/internal/osthread"
 	"github.com/berthsh/berth/runtime"
 )
 
@@ -59,7 +60,7 @@ type Runtime struct {
 	caps    runtime.Capabilities
 
 	groups sync.Map // sandbox id -> cgroup.Group of running sandboxes (a cache)
-	inits  sync.Map // sandbox id -> pid of its init (the guest), while running
+	inits  sync.Map // sandbox id -> its init (the guest), an initProc, while running
 
 	// closing is an eventfd that Close makes readable: it wakes the exit
 	// monitors of re-attached sandboxes, which block in poll.
@@ -85,6 +86,16 @@ type persisted struct {
 	Pid       int    `json:"pid"`
 	StartTime uint64 `json:"start_time"` // clock ticks since boot, /proc/<pid>/stat field 22
 	Token     string `json:"token"`
+	// Owner is the host uid that owns the sandbox's user namespace, its
+	// range's root (0 for sandboxes made before ranges were per sandbox).
+	Owner uint32 `json:"owner,omitempty"`
+}
+
+// initProc is a running sandbox's init: its pid, and the owner of its user
+// namespace, whose ids the daemon takes to act on it (see setOpenFiles).
+type initProc struct {
+	pid   int
+	owner uint32
 }
 
 // Factory returns a runtime.Factory for the native runtime with opts.
@@ -137,8 +148,14 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	}
 	r := &Runtime{cfg: cfg, opts: opts, log: cfg.Log, cgroups: cg, closing: closing}
 	r.caps = capabilities(cfg.StateDir)
+	if why := probeIDMappedLayers(guestBin, filepath.Join(cfg.StateDir, "probe")); why != "" {
+		r.caps.Missing["idmapped_layers"] = why
+	} else {
+		r.caps.IDMappedLayers = true
+	}
 	r.log.Info("native runtime ready", "cgroup_version", cg.Version(), "cpus", r.caps.Host.CPUs,
-		"memory_bytes", r.caps.Host.MemoryBytes, "disk_bytes", r.caps.Host.DiskBytes, "missing", r.caps.Missing)
+		"memory_bytes", r.caps.Host.MemoryBytes, "disk_bytes", r.caps.Host.DiskBytes,
+		"idmapped_layers", r.caps.IDMappedLayers, "missing", r.caps.Missing)
 	return r, nil
 }
 
@@ -333,16 +350,38 @@ func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) er
 // setOpenFiles sets RLIMIT_NOFILE (soft and hard) on a sandbox's init, which
 // every process it starts inherits; nothing inside can raise a hard limit
 // (that takes CAP_SYS_RESOURCE in the host's user namespace). 0 keeps it.
+//
+// The kernel lets a process change another's limits when it has
+// CAP_SYS_RESOURCE over the other's user namespace, or the other's ids are
+// all its real ids. The namespace is owned by the sandbox's range, not by
+// the daemon, and some hosts (nested VMs) withhold CAP_SYS_RESOURCE even
+// from root: so the daemon acts from a thread of its own whose real and
+// effective ids are the range's root (osthread.SetIDs), as the init's are.
 func (r *Runtime) setOpenFiles(id string, n int64) error {
 	if n <= 0 {
 		return nil
 	}
-	pid, ok := r.inits.Load(id)
+	v, ok := r.inits.Load(id)
 	if !ok {
 		return errdefs.New(errdefs.Conflict, "sandbox %s is not running", id)
 	}
+	proc := v.(initProc)
+	set := func() error { return setNofile(id, proc.pid, n) }
+	if proc.owner == 0 {
+		return set()
+	}
+	_, err := osthread.Discarded(func(int) error {
+		if err := osthread.SetIDs(proc.owner); err != nil {
+			return err
+		}
+		return set()
+	})
+	return err
+}
+
+func setNofile(id string, pid int, n int64) error {
 	var old unix.Rlimit
-	if err := unix.Prlimit(pid.(int), unix.RLIMIT_NOFILE, nil, &old); err != nil {
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
 		return fmt.Errorf("sandbox %s: read open files limit: %w", id, err)
 	}
 	if uint64(n) > old.Max {
@@ -352,7 +391,7 @@ func (r *Runtime) setOpenFiles(id string, n int64) error {
 		}
 	}
 	lim := unix.Rlimit{Cur: uint64(n), Max: uint64(n)}
-	if err := unix.Prlimit(pid.(int), unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
 		return errdefs.Wrap(errdefs.InvalidArgument, err, "limits.open_files: %d", n)
 	}
 	return nil
@@ -382,8 +421,14 @@ func (r *Runtime) checkSpec(spec runtime.Spec) error {
 	if len(spec.Root.Layers) == 0 {
 		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: the spec has no root file system", spec.ID)
 	}
-	if spec.Users.Size == 0 {
-		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: the spec has no user mapping", spec.ID)
+	if spec.Users.Size == 0 || spec.Users.HostID == 0 {
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: the spec has no user mapping (or maps root to the host's)", spec.ID)
+	}
+	if spec.Root.IDMapped && !r.caps.IDMappedLayers {
+		return errdefs.New(errdefs.NotImplemented, "sandbox %s: idmapped layers: %s", spec.ID, r.caps.Missing["idmapped_layers"])
+	}
+	if spec.Root.IDMapped && len(spec.Root.Layers) > guestapi.MaxPassed {
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: %d layers, over the %d the native runtime mounts", spec.ID, len(spec.Root.Layers), guestapi.MaxPassed)
 	}
 	if spec.Network.Mode != runtime.NetworkNone {
 		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: network mode %q: the native runtime attaches only %q so far", spec.ID, spec.Network.Mode, runtime.NetworkNone)
@@ -507,14 +552,14 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if err != nil {
 		return nil, err
 	}
-	cmd, bootW, statusR, err := r.guestCommand(dir, spec.Users)
+	cmd, bootSock, statusR, err := r.guestCommand(dir, spec.Users)
 	if err != nil {
 		return nil, err
 	}
-	defer bootW.Close()
+	defer bootSock.Close()
 	defer statusR.Close()
 	tPlace := time.Now()
-	err = cg.Start(cmd)
+	err = cg.Start(cmd, ownedBy(spec.Users.HostID))
 	r.log.Debug("cgroup start", "took", time.Since(tPlace))
 	for _, f := range cmd.ExtraFiles {
 		f.Close()
@@ -527,7 +572,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	}
 	tStart := time.Now()
 	pid := cmd.Process.Pid
-	r.inits.Store(spec.ID, pid)
+	r.inits.Store(spec.ID, initProc{pid: pid, owner: spec.Users.HostID})
 	undo = append(undo, func() { r.inits.Delete(spec.ID) })
 	exited := make(chan struct{})
 	// Owns the child: reaps it and reports its exit. It lives as long as the
@@ -559,10 +604,21 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 		Root:     &guestapi.Root{Layers: spec.Root.Layers, Upper: upper, Work: work, Mounts: mounts},
 		Seccomp:  !r.opts.NoSeccomp,
 	}
-	if err := json.NewEncoder(bootW).Encode(b); err != nil {
+	var passed []int
+	if spec.Root.IDMapped {
+		if passed, err = idmapLayers(pid, spec.Root.Layers); err != nil {
+			return nil, err
+		}
+		defer closeAll(passed)
+		b.Root.Layers = make([]string, len(passed))
+		for i := range passed {
+			b.Root.Layers[i] = guestapi.PassedLayer(i)
+		}
+	}
+	if err := sendBootstrap(bootSock, b, passed); err != nil {
 		return nil, fmt.Errorf("send bootstrap: %w", err)
 	}
-	bootW.Close()
+	bootSock.Close()
 	if err := waitReady(ctx, statusR, exited); err != nil {
 		return nil, fmt.Errorf("guest of %s did not start: %w (log: %s)", spec.ID, err, tailLog(filepath.Join(dir, "guest.log")))
 	}
@@ -572,7 +628,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if err != nil {
 		return nil, fmt.Errorf("read guest start time: %w", err)
 	}
-	st, err := json.Marshal(persisted{Pid: pid, StartTime: start, Token: token})
+	st, err := json.Marshal(persisted{Pid: pid, StartTime: start, Token: token, Owner: spec.Users.HostID})
 	if err != nil {
 		return nil, err
 	}
@@ -602,24 +658,24 @@ func writeIdentity(upper, hostname string, owner int) error {
 	return nil
 }
 
-// guestCommand prepares `berth guest` in new namespaces, booting from a pipe
-// (guestapi's BootPipe: the bootstrap and status pipes as fds 3 and 4), with
-// its log as stdout and stderr.
-func (r *Runtime) guestCommand(dir string, ids runtime.IDMap) (cmd *exec.Cmd, cfgW, statusR *os.File, err error) {
-	cfgR, cfgW, err := os.Pipe()
+// guestCommand prepares `berth guest` in new namespaces, booting from a
+// socket (guestapi's BootPipe: the bootstrap socket and the status pipe as
+// fds 3 and 4), with its log as stdout and stderr.
+func (r *Runtime) guestCommand(dir string, ids runtime.IDMap) (cmd *exec.Cmd, bootSock, statusR *os.File, err error) {
+	bootSock, guestSock, err := bootSocket()
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		cfgR.Close()
-		cfgW.Close()
+		bootSock.Close()
+		guestSock.Close()
 		return nil, nil, nil, err
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, "guest.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		cfgR.Close()
-		cfgW.Close()
+		bootSock.Close()
+		guestSock.Close()
 		statusR.Close()
 		statusW.Close()
 		return nil, nil, nil, err
@@ -631,7 +687,7 @@ func (r *Runtime) guestCommand(dir string, ids runtime.IDMap) (cmd *exec.Cmd, cf
 		Dir:        "/",
 		Stdout:     logf,
 		Stderr:     logf,
-		ExtraFiles: []*os.File{cfgR, statusW},
+		ExtraFiles: []*os.File{guestSock, statusW},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
@@ -642,7 +698,7 @@ func (r *Runtime) guestCommand(dir string, ids runtime.IDMap) (cmd *exec.Cmd, cf
 			Setsid:                     true, // not in the daemon's session: survives it
 		},
 	}
-	return cmd, cfgW, statusR, nil
+	return cmd, bootSock, statusR, nil
 }
 
 // guestEnv is the guest's whole environment. GOMAXPROCS=1: the guest mostly
@@ -761,7 +817,7 @@ func (r *Runtime) Attach(ctx context.Context, id string, state json.RawMessage) 
 			}
 		}
 	}()
-	r.inits.Store(id, st.Pid)
+	r.inits.Store(id, initProc{pid: st.Pid, owner: st.Owner})
 	return &runtime.Instance{State: state, Dial: r.dialer(id, st.Pid), Token: st.Token, Exited: exited}, nil
 }
 

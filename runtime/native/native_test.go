@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/image"
@@ -38,19 +41,40 @@ func newRuntime(t testing.TB) (*native.Runtime, string) {
 	return rt, state
 }
 
+// testRange is the range of host ids the harness's sandboxes map to (as
+// the manager would give the first sandbox).
+var testRange = runtime.DefaultIDMap.Range(1)
+
 // harness is the conformance harness over a new runtime, with the host
-// image (built in the test's own state dir) as the base spec's root.
+// image (built in the test's own state dir) as the base spec's root,
+// resolved as the manager would: one unmapped copy, idmapped by the
+// runtime. This host must be able to: CI runs on it.
 func harness(t testing.TB) (runtimetest.Harness, string) {
+	h, state := harnessWith(t, true)
+	if !h.Base.Root.IDMapped {
+		t.Fatalf("this host cannot idmap layers: %s", h.Runtime.Capabilities().Missing["idmapped_layers"])
+	}
+	return h, state
+}
+
+// harnessWith is the harness with the image idmapped by the runtime, when
+// it can and idmapped is set, or owned by the range (a copy per range, as
+// on a host whose kernel cannot idmap an overlay's layers).
+func harnessWith(t testing.TB, idmapped bool) (runtimetest.Harness, string) {
 	rt, state := newRuntime(t)
 	images, err := image.New(filepath.Join(state, "images"), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := images.Resolve(t.Context(), image.Host, runtime.DefaultIDMap)
+	layers := testRange
+	if idmapped && rt.Capabilities().IDMappedLayers {
+		layers = image.Unmapped
+	}
+	img, err := images.Resolve(t.Context(), image.Host, layers)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := runtime.Spec{Root: img.Root, Mounts: img.Mounts, Users: runtime.DefaultIDMap, Network: runtime.Network{Mode: runtime.NetworkNone}}
+	base := runtime.Spec{Root: img.Root, Mounts: img.Mounts, Users: testRange, Network: runtime.Network{Mode: runtime.NetworkNone}}
 	return runtimetest.Harness{Runtime: rt, StateDir: state, Base: base, Leaks: func(id string) []string { return leaks(state, id) }}, state
 }
 
@@ -90,8 +114,8 @@ func TestRootInsideIsNotRootOutside(t *testing.T) {
 	var st struct{ Pid int }
 	json.Unmarshal(sb.Inst.State, &st)
 	uid := hostUID(t, st.Pid)
-	if uid != fmt.Sprint(runtime.DefaultIDMap.HostID) {
-		t.Fatalf("the sandbox's root is host uid %s, want %d", uid, runtime.DefaultIDMap.HostID)
+	if uid != fmt.Sprint(testRange.HostID) {
+		t.Fatalf("the sandbox's root is host uid %s, want %d", uid, testRange.HostID)
 	}
 	if got := runtimetest.Sh(t, sb, "id -u"); got != "0" {
 		t.Fatalf("inside: uid %s", got)
@@ -103,7 +127,7 @@ func TestRootInsideIsNotRootOutside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fileUID(fi); got != int(runtime.DefaultIDMap.HostID) {
+	if got := fileUID(fi); got != int(testRange.HostID) {
 		t.Fatalf("file owner on the host: %d", got)
 	}
 }
@@ -204,4 +228,95 @@ func TestCgoGuestIsRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cgo") || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
 		t.Fatalf("a cgo guest: %v", err)
 	}
+}
+
+// TestEachSandboxOwnsItsRange: a sandbox's user namespace is owned by its
+// range's root, not by the daemon's root (the kernel charges per-user
+// counts to the owner), and its root file system shows root's files as
+// root's whether the image is idmapped through the range or a copy owned
+// by it; root inside changes them through its writable layer only. The
+// daemon still sets the init's open-files limit, at create and after.
+func TestEachSandboxOwnsItsRange(t *testing.T) {
+	for _, idmapped := range []bool{true, false} {
+		t.Run(map[bool]string{true: "IDMappedLayers", false: "LayersOwnedByTheRange"}[idmapped], func(t *testing.T) {
+			h, state := harnessWith(t, idmapped)
+			if h.Base.Root.IDMapped != idmapped {
+				t.Fatalf("the image is idmapped: %v, want %v", h.Base.Root.IDMapped, idmapped)
+			}
+			images, err := image.New(filepath.Join(state, "images"), slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var layers []string
+			for _, n := range []uint32{1, 2} {
+				spec := h.Spec(t, runtime.Spec{})
+				spec.Users = runtime.DefaultIDMap.Range(n)
+				if !idmapped { // a copy owned by each range, as the manager resolves it
+					img, err := images.Resolve(t.Context(), image.Host, spec.Users)
+					if err != nil {
+						t.Fatal(err)
+					}
+					spec.Root = img.Root
+				}
+				spec.Limits.OpenFiles = 512 // set on the init, whose ids the daemon's are not
+				layers = append(layers, spec.Root.Layers[0])
+				sb := runtimetest.Create(t, h, spec)
+				if got := runtimetest.Sh(t, sb, "ulimit -n"); got != "512" {
+					t.Errorf("range %d: open files %s, want 512", n, got)
+				}
+				if err := h.Runtime.(runtime.Updater).SetLimits(t.Context(), sb.ID, runtime.Limits{OpenFiles: 256}); err != nil {
+					t.Fatalf("range %d: lower open files: %v", n, err)
+				}
+				if got := runtimetest.Sh(t, sb, "ulimit -n"); got != "256" {
+					t.Errorf("range %d: open files %s after lowering, want 256", n, got)
+				}
+				var st struct{ Pid int }
+				json.Unmarshal(sb.Inst.State, &st)
+				if got := nsOwner(t, st.Pid); got != spec.Users.HostID {
+					t.Errorf("range %d: the user namespace is owned by host uid %d, want %d", n, got, spec.Users.HostID)
+				}
+				if uid := hostUID(t, st.Pid); uid != fmt.Sprint(spec.Users.HostID) {
+					t.Errorf("range %d: init runs as host uid %s", n, uid)
+				}
+				if got := runtimetest.Sh(t, sb, "stat -c %u:%g / /etc /etc/passwd /root /home/user | tr '\\n' ' '"); got != "0:0 0:0 0:0 0:0 1000:1000" {
+					t.Errorf("range %d: owners inside %q", n, got)
+				}
+				runtimetest.Sh(t, sb, "echo 'extra:x:2000:2000::/:/bin/sh' >> /etc/passwd")
+				fi, err := os.Stat(filepath.Join(sandboxDir(t, h, sb.ID), "upper", "etc", "passwd"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := fileUID(fi); got != int(spec.Users.HostID) {
+					t.Errorf("range %d: the copied-up /etc/passwd is host uid %d's", n, got)
+				}
+			}
+			if idmapped != (layers[0] == layers[1]) {
+				t.Errorf("the two ranges' layers %v: idmapped ones are one copy, others a copy each", layers)
+			}
+			for _, l := range layers {
+				b, err := os.ReadFile(filepath.Join(l, "etc", "passwd"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(string(b), "extra") {
+					t.Errorf("a sandbox's write reached the image layer %s", l)
+				}
+			}
+		})
+	}
+}
+
+// nsOwner is the host uid that owns process pid's user namespace.
+func nsOwner(t *testing.T, pid int) uint32 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var uid uint32
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.NS_GET_OWNER_UID, uintptr(unsafe.Pointer(&uid))); e != 0 {
+		t.Fatalf("NS_GET_OWNER_UID: %v", e)
+	}
+	return uid
 }
