@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
+	"os"
 	"sort"
 	"sync"
 )
@@ -32,6 +34,9 @@ type Spec struct {
 	// Network is how the sandbox reaches out.
 	Network Network
 	Limits  Limits
+	// Files are written into the writable layer when the sandbox is created
+	// (owned by the sandbox's root), over the image's.
+	Files []File
 }
 
 // RootFS is a root file system as read-only directories on the host.
@@ -90,15 +95,46 @@ func (m IDMap) Ranges() uint32 {
 	return uint32((uint64(1<<32-1) - uint64(m.HostID)) / uint64(m.Size))
 }
 
-// Network modes.
+// Network modes of a runtime: how a sandbox is attached, never what it may
+// reach (that is the network package's policy, on the link's far end).
 const (
 	// NetworkNone is loopback only.
 	NetworkNone = "none"
+	// NetworkLink is one interface whose far end the runtime hands to the
+	// daemon (Instance.Link): every packet the sandbox sends leaves there.
+	NetworkLink = "link"
 )
 
 // Network is a sandbox's network attachment.
 type Network struct {
 	Mode string
+	// Address is the sandbox's address on its link and Gateway the far
+	// end's (a point-to-point link; the default route goes through it).
+	Address, Gateway netip.Addr
+	// MTU is the link's.
+	MTU int
+}
+
+// Link is the far end of a sandbox's network link.
+type Link struct {
+	// File reads and writes the sandbox's IP packets (a TUN queue). The
+	// link lives as long as it is open: closing it leaves the sandbox
+	// with loopback only.
+	File *os.File
+	MTU  int
+}
+
+// Linker is a runtime that can give a running sandbox a link (a network
+// policy changed from none); a link is taken away by closing it.
+type Linker interface {
+	Link(ctx context.Context, id string, n Network) (*Link, error)
+}
+
+// File is a file the sandbox's writable layer starts with.
+type File struct {
+	Path string // absolute, inside the sandbox
+	Data []byte
+	Mode os.FileMode
 }
 
 // Limits are kernel-enforced ceilings; zero means unlimited.
@@ -124,6 +160,9 @@ type Instance struct {
 	Token string
 	// Exited is closed when the sandbox's init has exited.
 	Exited <-chan struct{}
+	// Link is the far end of the sandbox's network link (NetworkLink; nil
+	// from Attach: the caller links again with Linker).
+	Link *Link
 }
 
 // Capabilities declares what a runtime can do beyond create, attach and

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,7 +164,7 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 func capabilities(stateDir string) runtime.Capabilities {
 	c := runtime.Capabilities{
 		Limits:       runtime.LimitSupport{CPUs: true, Memory: true, Pids: true, Disk: true, OpenFiles: true},
-		NetworkModes: []string{runtime.NetworkNone},
+		NetworkModes: []string{runtime.NetworkNone, runtime.NetworkLink},
 		StopStart:    true,
 		UpdateLimits: true,
 		GrowDisk:     true,
@@ -189,6 +190,10 @@ func capabilities(stateDir string) runtime.Capabilities {
 	c.Host.OpenFiles = 1 << 30
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile) == nil && nofile.Max < 1<<30 {
 		c.Host.OpenFiles = int64(nofile.Max)
+	}
+	if why := tunSupport(); why != "" {
+		c.NetworkModes = []string{runtime.NetworkNone}
+		c.Missing["network_link"] = why
 	}
 	if why := diskSupport(); why != "" {
 		c.Limits.Disk, c.GrowDisk = false, false
@@ -262,6 +267,7 @@ func (r *Runtime) Name() string { return Name }
 func (r *Runtime) Capabilities() runtime.Capabilities { return r.caps }
 
 var (
+	_ runtime.Linker        = (*Runtime)(nil)
 	_ runtime.Stopper       = (*Runtime)(nil)
 	_ runtime.Updater       = (*Runtime)(nil)
 	_ runtime.StatsProvider = (*Runtime)(nil)
@@ -430,8 +436,11 @@ func (r *Runtime) checkSpec(spec runtime.Spec) error {
 	if spec.Root.IDMapped && len(spec.Root.Layers) > guestapi.MaxPassed {
 		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: %d layers, over the %d the native runtime mounts", spec.ID, len(spec.Root.Layers), guestapi.MaxPassed)
 	}
-	if spec.Network.Mode != runtime.NetworkNone {
-		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: network mode %q: the native runtime attaches only %q so far", spec.ID, spec.Network.Mode, runtime.NetworkNone)
+	if !slices.Contains(r.caps.NetworkModes, spec.Network.Mode) {
+		if why := r.caps.Missing["network_link"]; why != "" && spec.Network.Mode == runtime.NetworkLink {
+			return errdefs.New(errdefs.NotImplemented, "sandbox %s: network link: %s", spec.ID, why)
+		}
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: network mode %q: the native runtime attaches %v", spec.ID, spec.Network.Mode, r.caps.NetworkModes)
 	}
 	if spec.Limits.DiskBytes > 0 && !r.caps.Limits.Disk {
 		return errdefs.New(errdefs.NotImplemented, "limits.disk_bytes: %s", r.caps.Missing["disk_bytes"])
@@ -479,7 +488,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 			return nil, fmt.Errorf("chown %s: %w", filepath.Base(p), err)
 		}
 	}
-	if err := writeIdentity(upper, spec.Hostname, root); err != nil {
+	if err := writeFiles(upper, spec.Hostname, spec.Files, root); err != nil {
 		return nil, err
 	}
 	return r.boot(ctx, spec)
@@ -619,6 +628,15 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 		return nil, fmt.Errorf("send bootstrap: %w", err)
 	}
 	bootSock.Close()
+	// The link is made from outside, in the init's network namespace, while
+	// the guest sets itself up.
+	var link *runtime.Link
+	if spec.Network.Mode == runtime.NetworkLink {
+		if link, err = makeLink(pid, spec.Network); err != nil {
+			return nil, err
+		}
+		undo = append(undo, func() { link.File.Close() })
+	}
 	if err := waitReady(ctx, statusR, exited); err != nil {
 		return nil, fmt.Errorf("guest of %s did not start: %w (log: %s)", spec.ID, err, tailLog(filepath.Join(dir, "guest.log")))
 	}
@@ -632,24 +650,44 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if err != nil {
 		return nil, err
 	}
-	return &runtime.Instance{State: st, Dial: r.dialer(spec.ID, pid), Token: token, Exited: exited}, nil
+	return &runtime.Instance{State: st, Dial: r.dialer(spec.ID, pid), Token: token, Exited: exited, Link: link}, nil
 }
 
-// writeIdentity puts /etc/hostname and /etc/hosts for the sandbox into its
-// writable layer before it starts (cheaper than a copy-up inside).
-func writeIdentity(upper, hostname string, owner int) error {
-	etc := filepath.Join(upper, "etc")
-	if err := os.Mkdir(etc, 0o755); err != nil {
-		return fmt.Errorf("make upper /etc: %w", err)
-	}
+// writeFiles puts /etc/hostname and /etc/hosts for the sandbox, and the
+// spec's files, into its writable layer before it starts (cheaper than a
+// copy-up inside), owned by the sandbox's root, with the directories they
+// need.
+func writeFiles(upper, hostname string, files []runtime.File, owner int) error {
 	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
-	if err := os.Lchown(etc, owner, owner); err != nil {
-		return err
-	}
-	for name, content := range map[string]string{"hostname": hostname + "\n", "hosts": hosts} {
-		p := filepath.Join(etc, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			return fmt.Errorf("write /etc/%s: %w", name, err)
+	all := append([]runtime.File{
+		{Path: "/etc/hostname", Data: []byte(hostname + "\n"), Mode: 0o644},
+		{Path: "/etc/hosts", Data: []byte(hosts), Mode: 0o644},
+	}, files...)
+	for _, f := range all {
+		rel := strings.TrimPrefix(filepath.Clean(f.Path), "/")
+		if !filepath.IsAbs(f.Path) || rel == "" || rel == "." || strings.HasPrefix(rel, "..") {
+			return errdefs.New(errdefs.InvalidArgument, "file %q: want an absolute path in the sandbox", f.Path)
+		}
+		dir := upper
+		for _, name := range strings.Split(filepath.Dir(rel), "/") {
+			if name == "." {
+				break
+			}
+			dir = filepath.Join(dir, name)
+			if err := os.Mkdir(dir, 0o755); err == nil {
+				if err := os.Lchown(dir, owner, owner); err != nil {
+					return err
+				}
+			} else if !errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("make %s in the writable layer: %w", filepath.Dir(f.Path), err)
+			}
+		}
+		p := filepath.Join(upper, rel)
+		if err := os.WriteFile(p, f.Data, f.Mode.Perm()); err != nil {
+			return fmt.Errorf("write %s: %w", f.Path, err)
+		}
+		if err := os.Chmod(p, f.Mode.Perm()); err != nil {
+			return err
 		}
 		if err := os.Lchown(p, owner, owner); err != nil {
 			return err

@@ -1,0 +1,140 @@
+// Package tun creates a TUN device in a network namespace, configured as a
+// point-to-point IPv4 link with a default route through its peer: the
+// sandbox side of berth's network link. The device lives as long as the
+// descriptor Create returns.
+package tun
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	goruntime "runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/internal/osthread"
+)
+
+// Create makes device name in the network namespace at nsPath, with
+// address addr, peer gateway (the default route goes through it) and mtu,
+// up. It works from a thread of its own moved into the namespace and
+// thrown away after. The device takes IP packets without a packet
+// information header (IFF_TUN | IFF_NO_PI).
+func Create(nsPath, name string, addr, gateway netip.Addr, mtu int) (*os.File, error) {
+	ns, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open network namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	var fd int
+	_, err = osthread.Discarded(func(int) error {
+		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("enter network namespace: %w", err)
+		}
+		var err error
+		fd, err = create(name, addr, gateway, mtu)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "tun"), nil
+}
+
+// create runs in the namespace.
+func create(linkName string, addr, gateway netip.Addr, mtu int) (int, error) {
+	tun, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			unix.Close(tun)
+		}
+	}()
+	ifr, err := unix.NewIfreq(linkName)
+	if err != nil {
+		return -1, err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(tun, unix.TUNSETIFF, ifr); err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return -1, fmt.Errorf("the sandbox already has a %s", linkName)
+		}
+		return -1, fmt.Errorf("create %s: %w", linkName, err)
+	}
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(s)
+	if err := setAddr(s, linkName, unix.SIOCSIFADDR, addr); err != nil {
+		return -1, fmt.Errorf("address %s: %w", addr, err)
+	}
+	if err := setAddr(s, linkName, unix.SIOCSIFDSTADDR, gateway); err != nil {
+		return -1, fmt.Errorf("peer %s: %w", gateway, err)
+	}
+	mtuReq, _ := unix.NewIfreq(linkName)
+	mtuReq.SetUint32(uint32(mtu))
+	if err := unix.IoctlIfreq(s, unix.SIOCSIFMTU, mtuReq); err != nil {
+		return -1, fmt.Errorf("mtu %d: %w", mtu, err)
+	}
+	up, _ := unix.NewIfreq(linkName)
+	up.SetUint16(unix.IFF_UP | unix.IFF_RUNNING | unix.IFF_POINTOPOINT | unix.IFF_NOARP)
+	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, up); err != nil {
+		return -1, fmt.Errorf("bring %s up: %w", linkName, err)
+	}
+	dev := append([]byte(linkName), 0)
+	rt := rtentry{Dst: sockaddr4(netip.IPv4Unspecified()), Gateway: sockaddr4(gateway), Genmask: sockaddr4(netip.IPv4Unspecified()),
+		Flags: unix.RTF_UP | unix.RTF_GATEWAY, Dev: &dev[0]}
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(s), unix.SIOCADDRT, uintptr(unsafe.Pointer(&rt)))
+	goruntime.KeepAlive(dev)
+	if e != 0 {
+		return -1, fmt.Errorf("default route via %s: %w", gateway, e)
+	}
+	ok = true
+	return tun, nil
+}
+
+// ifreqAddr is struct ifreq holding an IPv4 sockaddr.
+type ifreqAddr struct {
+	Name [unix.IFNAMSIZ]byte
+	Addr unix.RawSockaddrInet4
+	_    [8]byte
+}
+
+func setAddr(s int, linkName string, req uint, a netip.Addr) error {
+	var r ifreqAddr
+	copy(r.Name[:], linkName)
+	r.Addr = sockaddr4(a)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(s), uintptr(req), uintptr(unsafe.Pointer(&r))); e != 0 {
+		return e
+	}
+	return nil
+}
+
+func sockaddr4(a netip.Addr) unix.RawSockaddrInet4 {
+	return unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: a.As4()}
+}
+
+// rtentry is the kernel's struct rtentry (SIOCADDRT) on 64-bit Linux.
+type rtentry struct {
+	_       uint64
+	Dst     unix.RawSockaddrInet4
+	Gateway unix.RawSockaddrInet4
+	Genmask unix.RawSockaddrInet4
+	Flags   uint16
+	_       int16
+	_       uint64
+	Tos     uint8
+	Class   uint8
+	_       [3]int16
+	Metric  int16
+	Dev     *byte
+	MTU     uint64
+	Window  uint64
+	IRTT    uint16
+}
