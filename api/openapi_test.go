@@ -43,6 +43,16 @@ var schemaTypes = map[string]reflect.Type{
 	"Runtime":               reflect.TypeFor[Runtime](),
 	"RuntimeCapabilities":   reflect.TypeFor[RuntimeCapabilities](),
 	"ListRuntimesResponse":  reflect.TypeFor[ListRuntimesResponse](),
+	// The network's types (network.go).
+	"Network":             reflect.TypeFor[Network](),
+	"SecretBinding":       reflect.TypeFor[SecretBinding](),
+	"CreateSecretRequest": reflect.TypeFor[CreateSecretRequest](),
+	"UpdateSecretRequest": reflect.TypeFor[UpdateSecretRequest](),
+	"Secret":              reflect.TypeFor[Secret](),
+	"ListSecretsResponse": reflect.TypeFor[ListSecretsResponse](),
+	"EgressRecord":        reflect.TypeFor[EgressRecord](),
+	"ListEgressResponse":  reflect.TypeFor[ListEgressResponse](),
+	"EgressSummary":       reflect.TypeFor[EgressSummary](),
 	// The file API's types (files.go).
 	"FileInfo":        reflect.TypeFor[FileInfo](),
 	"StatRequest":     reflect.TypeFor[StatRequest](),
@@ -89,6 +99,7 @@ var wantRoutes = []Route{
 	{"PATCH", "/v1/sandboxes/{id}"},
 	{"GET", "/v1/sandboxes/{id}/archive"},
 	{"PUT", "/v1/sandboxes/{id}/archive"},
+	{"GET", "/v1/sandboxes/{id}/egress"},
 	{"GET", "/v1/sandboxes/{id}/events"},
 	{"POST", "/v1/sandboxes/{id}/exec"},
 	{"GET", "/v1/sandboxes/{id}/files"},
@@ -120,6 +131,11 @@ var wantRoutes = []Route{
 	{"POST", "/v1/sandboxes/{id}/start"},
 	{"GET", "/v1/sandboxes/{id}/stats"},
 	{"POST", "/v1/sandboxes/{id}/stop"},
+	{"GET", "/v1/secrets"},
+	{"POST", "/v1/secrets"},
+	{"DELETE", "/v1/secrets/{name}"},
+	{"GET", "/v1/secrets/{name}"},
+	{"PUT", "/v1/secrets/{name}"},
 	{"GET", "/v1/version"},
 }
 
@@ -131,10 +147,12 @@ var enumConsts = []struct{ schema, property, member string }{
 	{"SandboxEvent", "type", "SandboxCreated"},
 	{"FileInfo", "type", "TypeFile"},
 	{"WatchEvent", "type", "WatchCreate"},
+	{"Network", "mode", "NetworkNone"},
+	{"EgressRecord", "proto", "EgressDNS"},
 }
 
 // typeFiles are the files that declare the API's wire types.
-var typeFiles = []string{"types.go", "files.go"}
+var typeFiles = []string{"types.go", "files.go", "network.go"}
 
 // declaredStructs returns the exported struct types of typeFiles.
 func declaredStructs(t *testing.T) map[string]*ast.TypeSpec {
@@ -833,8 +851,8 @@ func TestOperations(t *testing.T) {
 						t.Errorf("%s: %s without content", where, code)
 					}
 					if s := content["application/x-ndjson"]; s != nil {
-						if ref := at(s, "schema", "$ref"); ref != schemaPrefix+"ExecEvent" && ref != schemaPrefix+"WatchEvent" {
-							t.Errorf("%s: NDJSON items are %v, want ExecEvent or WatchEvent", where, ref)
+						if ref := at(s, "schema", "$ref"); ref != schemaPrefix+"ExecEvent" && ref != schemaPrefix+"WatchEvent" && ref != schemaPrefix+"EgressRecord" {
+							t.Errorf("%s: NDJSON items are %v, want ExecEvent, WatchEvent or EgressRecord", where, ref)
 						}
 					}
 					if s := content["text/event-stream"]; s != nil {

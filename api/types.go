@@ -69,6 +69,9 @@ type CreateSandboxRequest struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	Limits   Limits            `json:"limits,omitzero"`
 	Timeouts Timeouts          `json:"timeouts,omitzero"`
+	// Network is what the sandbox may reach (default: the daemon's
+	// default policy, none unless it was started with --default-network).
+	Network *Network `json:"network,omitempty"`
 }
 
 // Sandbox is the public view of a sandbox.
@@ -83,6 +86,7 @@ type Sandbox struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 	Limits    Limits            `json:"limits"`
 	Timeouts  Timeouts          `json:"timeouts"`
+	Network   Network           `json:"network"`
 	CreatedAt time.Time         `json:"created_at"`
 	// StoppedAt is when the sandbox last stopped, while it is stopped.
 	StoppedAt *time.Time `json:"stopped_at,omitempty"`
@@ -98,6 +102,10 @@ type UpdateSandboxRequest struct {
 	// Limits change a running sandbox's ceilings at once; a zero field keeps
 	// its current value.
 	Limits *Limits `json:"limits,omitempty"`
+	// Network replaces the sandbox's network policy whole; new connections
+	// obey it at once (open ones keep going). A change that fails leaves
+	// the old policy in force.
+	Network *Network `json:"network,omitempty"`
 }
 
 // Usage is what a sandbox uses now: GET /v1/sandboxes/{id}/stats.
@@ -110,6 +118,9 @@ type Usage struct {
 	OOMKills int64 `json:"oom_kills"`
 	// DiskBytes is the space the sandbox's writable layer takes.
 	DiskBytes int64 `json:"disk_bytes"`
+	// Egress counts the sandbox's egress since the daemon last attached its
+	// network (absent without one).
+	Egress *EgressSummary `json:"egress,omitempty"`
 }
 
 // ListSandboxesResponse is the body of GET /v1/sandboxes.
@@ -273,6 +284,7 @@ const (
 	ProcessOOM      = "oom"
 	ProcessTimedOut = "timed_out"
 	LimitHit        = "limit_hit"
+	EgressDenied    = "egress_denied"
 )
 
 // SandboxEvent is one Server-Sent Event of a sandbox's events stream.
@@ -292,4 +304,6 @@ type SandboxEvent struct {
 	// Count is how many times it was hit since the last limit_hit event of
 	// that limit (forks refused, CPU periods throttled; 1 for disk).
 	Count int64 `json:"count,omitempty"`
+	// Egress is the refused attempt of an egress_denied event.
+	Egress *EgressRecord `json:"egress,omitempty"`
 }

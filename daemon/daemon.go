@@ -66,6 +66,8 @@ type Config struct {
 	IDMap runtime.IDMap
 	// Native tunes the native runtime.
 	Native native.Options
+	// Network is the daemon's egress.
+	Network NetworkConfig
 }
 
 // SocketName is the API's unix socket in the state dir.
@@ -173,9 +175,25 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		}
 		debug.SetMemoryLimit(budget + 256<<20)
 	}
-	m, err := sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, Unavailable: unavailable, IDMap: cfg.IDMap,
+	var m *sandbox.Manager
+	netSvc, closeNet, noNet, err := startNetwork(cfg.Network, cfg.Listen, st,
+		func(id string, rec api.EgressRecord) { m.RecordEgress(id, rec) }, log.With("subsystem", "network"))
+	if err != nil {
+		return nil, err
+	}
+	if closeNet != nil {
+		d.closers = append(d.closers, closeNet)
+	}
+	if noNet != "" {
+		log.Warn("sandboxes get no network here: creates that ask for one fail", "why", noNet)
+		if cfg.Network.Default != "" && cfg.Network.Default != api.NetworkNone {
+			return nil, fmt.Errorf("--default-network %s: this daemon gives sandboxes no network: %s", cfg.Network.Default, noNet)
+		}
+	}
+	m, err = sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, Unavailable: unavailable, IDMap: cfg.IDMap,
 		DefaultLimits: cfg.DefaultLimits, DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool,
-		ExecOutputBudget: cfg.ExecOutputBudget}, st, d.Runtimes, images, log)
+		ExecOutputBudget: cfg.ExecOutputBudget, DefaultNetwork: cfg.Network.Default,
+		Network: netSvc, NetworkUnavailable: noNet}, st, d.Runtimes, images, log)
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,7 @@ type daemon struct {
 	cmd    *exec.Cmd
 	log    *syncBuffer
 	client *client.Client
+	testCA []byte // the test internet's CA, which network tests' sandboxes trust
 }
 
 type syncBuffer struct {

@@ -9,14 +9,17 @@ import (
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/capability"
 	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/internal/testnet"
 )
 
 // TestRuntimesSayWhatTheyCan checks GET /v1/runtimes and `berth runtimes`
 // against the real daemon: native is the default, with every limit, the
 // host's ceilings, and — on a host without CAP_SYS_RESOURCE, like this
-// project's VM — grow_disk missing with the reason the refusal quotes.
+// project's VM — grow_disk missing with the reason the refusal quotes. With
+// an egress route, the network modes; without one, none and why.
 func TestRuntimesSayWhatTheyCan(t *testing.T) {
-	d := startDaemon(t, "")
+	inet := testnet.New(t)
+	d := startDaemon(t, "", "--egress-netns", inet.Path, "--egress-dns", "203.0.113.53")
 	list, err := d.client.Runtimes(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +29,7 @@ func TestRuntimesSayWhatTheyCan(t *testing.T) {
 	}
 	c := list[0].Capabilities
 	if strings.Join(c.Limits, ",") != "cpus,memory_bytes,pids,disk_bytes,open_files" ||
-		strings.Join(c.NetworkModes, ",") != "none" || !c.StopStart || !c.UpdateLimits || !c.Stats {
+		strings.Join(c.NetworkModes, ",") != "none,allowlist,open" || !c.StopStart || !c.UpdateLimits || !c.Stats {
 		t.Fatalf("native capabilities: %+v", c)
 	}
 	var si unix.Sysinfo_t
@@ -50,5 +53,18 @@ func TestRuntimesSayWhatTheyCan(t *testing.T) {
 	out, errOut, code := d.cli("", "runtimes")
 	if code != 0 || !strings.HasPrefix(out, "NAME") || !strings.Contains(out, "native  yes      yes") {
 		t.Fatalf("berth runtimes: exit %d\n%s%s", code, out, errOut)
+	}
+	// No egress route: mode none only, and why.
+	bare := testnet.New(t)
+	if out, err := runIP("-n", bare.Name, "route", "del", "default"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	d2 := startDaemon(t, "", "--egress-netns", bare.Path, "--egress-dns", "203.0.113.53")
+	list, err = d2.client.Runtimes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := list[0].Capabilities; strings.Join(c.NetworkModes, ",") != "none" || !strings.Contains(c.Missing["network"], "no default route") {
+		t.Fatalf("without an egress route: modes %v, missing %v", c.NetworkModes, c.Missing)
 	}
 }

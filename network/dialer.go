@@ -179,6 +179,12 @@ func connect(ctx context.Context, c net.Conn, addr netip.AddrPort) error {
 			cerr = err
 		case v != 0:
 			cerr = syscall.Errno(v)
+		default:
+			// Writable and no error is not yet connected: the poller may
+			// report the readiness the socket had before its connect.
+			if _, err := unix.Getpeername(int(fd)); errors.Is(err, unix.ENOTCONN) {
+				return false
+			}
 		}
 		return true
 	})

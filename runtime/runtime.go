@@ -34,8 +34,9 @@ type Spec struct {
 	// Network is how the sandbox reaches out.
 	Network Network
 	Limits  Limits
-	// Files are written into the writable layer when the sandbox is created
-	// (owned by the sandbox's root), over the image's.
+	// Files are written into the writable layer before the sandbox boots,
+	// at create and at each start (owned by the sandbox's root), over what
+	// was there.
 	Files []File
 }
 

@@ -148,7 +148,7 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 		undo(inst)
 		return fail(err)
 	}
-	if err := m.connect(cctx, id, inst, req, runtime.LimitHits{}); err != nil {
+	if err := m.connect(cctx, id, rec.Tenant, inst, req, spec.Root.Layers, runtime.LimitHits{}); err != nil {
 		undo(inst)
 		return fail(err)
 	}
@@ -188,12 +188,71 @@ func (m *Manager) Update(ctx context.Context, tenant, id string, req api.UpdateS
 			return api.Sandbox{}, err
 		}
 	}
+	if req.Network != nil {
+		if err := m.updateNetwork(ctx, rec, *req.Network); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
 	if req.Labels != nil {
 		if err := m.store.SetLabels(ctx, id, merged); err != nil {
 			return api.Sandbox{}, err
 		}
 	}
 	return m.Get(ctx, tenant, id)
+}
+
+// updateNetwork replaces a sandbox's network policy: at once for a running
+// sandbox (new connections obey it), at its next start for a stopped one.
+// If anything fails, the old policy stays in force and on record.
+func (m *Manager) updateNetwork(ctx context.Context, rec store.Sandbox, n api.Network) error {
+	switch rec.State {
+	case api.StateRunning, api.StateStopped:
+	default:
+		return errdefs.New(errdefs.Conflict, "sandbox %s is %s: its network changes once that has finished", rec.ID, rec.State)
+	}
+	t, err := m.tier(rec.Runtime)
+	if err != nil {
+		return err
+	}
+	spec, err := recordSpec(rec)
+	if err != nil {
+		return err
+	}
+	old := networkOf(spec)
+	if _, err := m.normalizeNetwork(ctx, rec.Tenant, t, &n, &old); err != nil {
+		return err
+	}
+	var ls *liveSandbox
+	if rec.State == api.StateRunning {
+		m.mu.Lock()
+		ls = m.live[rec.ID]
+		m.mu.Unlock()
+		if ls == nil {
+			return errdefs.New(errdefs.Unavailable, "sandbox %s: no connection to its guest", rec.ID)
+		}
+		if err := m.setNetwork(ctx, ls, rec.ID, rec.Tenant, n); err != nil {
+			return err
+		}
+	}
+	spec.Network = &n
+	specJSON, err := json.Marshal(spec)
+	if err == nil {
+		err = m.store.SetSpec(ctx, rec.ID, specJSON)
+	}
+	if err != nil {
+		if ls != nil {
+			if rerr := m.setNetwork(context.Background(), ls, rec.ID, rec.Tenant, old); rerr != nil {
+				m.log.Error("restore the old network policy", "sandbox", rec.ID, "err", rerr)
+			}
+		}
+		return err
+	}
+	if ls != nil {
+		m.mu.Lock()
+		ls.spec.Network = &n
+		m.mu.Unlock()
+	}
+	return nil
 }
 
 // setLimits applies new limits to a running sandbox and records them.

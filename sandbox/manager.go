@@ -22,6 +22,7 @@ import (
 	"github.com/berthsh/berth/guestclient"
 	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/labels"
+	"github.com/berthsh/berth/network"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/store"
 )
@@ -54,6 +55,13 @@ type Config struct {
 	// ExecOutputBudget bounds the output that running plain (not streamed)
 	// execs hold in the daemon together, in bytes (default 512 MiB).
 	ExecOutputBudget int64
+	// DefaultNetwork is the network mode of sandboxes whose create names
+	// none (default none).
+	DefaultNetwork string
+	// Network runs sandboxes' networks; nil when the daemon gives none,
+	// and NetworkUnavailable says why.
+	Network            *network.Service
+	NetworkUnavailable string
 }
 
 // DefaultExecOutputBudget is ExecOutputBudget's default.
@@ -82,6 +90,8 @@ type Manager struct {
 
 	outputs budget    // output that plain execs hold until their end
 	ranges  *idRanges // sandboxes' ranges of host ids
+	net     *network.Service
+	egress  *egressLog
 
 	ops    keyedMutex // one lifecycle operation at a time per sandbox
 	goc    keyedMutex // one get-or-create at a time per tenant and label set
@@ -107,6 +117,10 @@ type liveSandbox struct {
 	oom oomCounter
 	// hits is the limit counts last seen by the sweeper (its goroutine only).
 	hits runtime.LimitHits
+	// net is the sandbox's network, when its policy gives it one (under mu).
+	net *network.Sandbox
+	// layers are the image's, as resolved when the sandbox booted.
+	layers []string
 }
 
 // New returns a manager over the available runtimes, reading their
@@ -136,14 +150,27 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, image
 	if cfg.ExecOutputBudget == 0 {
 		cfg.ExecOutputBudget = DefaultExecOutputBudget
 	}
+	if cfg.DefaultNetwork == "" {
+		cfg.DefaultNetwork = api.NetworkNone
+	}
+	if _, err := network.Compile(api.Network{Mode: cfg.DefaultNetwork}); err != nil {
+		return nil, fmt.Errorf("default network: %w", err)
+	}
+	if cfg.Network == nil && cfg.NetworkUnavailable == "" {
+		cfg.NetworkUnavailable = "no network service"
+	}
 	tiers := map[string]*tier{}
 	for name, rt := range runtimes {
 		tiers[name] = &tier{name: name, rt: rt, caps: rt.Capabilities()}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, store: st, tiers: tiers, images: images, log: log, live: map[string]*liveSandbox{},
+	m := &Manager{cfg: cfg, store: st, tiers: tiers, images: images, log: log, live: map[string]*liveSandbox{},
 		ctx: ctx, cancel: cancel, pool: pool{size: cfg.WarmPool}, outputs: budget{size: cfg.ExecOutputBudget},
-		ranges: newIDRanges(cfg.IDMap.Ranges())}, nil
+		ranges: newIDRanges(cfg.IDMap.Ranges()), net: cfg.Network}
+	m.egress = newEgressLog(st, log, func(id string, rec api.EgressRecord) {
+		m.emit(id, api.EgressDenied, func(ev *api.SandboxEvent) { ev.Egress = &rec })
+	})
+	return m, nil
 }
 
 // Start re-attaches to every sandbox the store says is running, settles
@@ -247,20 +274,41 @@ func (m *Manager) attach(ctx context.Context, rec store.Sandbox) error {
 			m.log.Warn("read limit counts at attach", "sandbox", rec.ID, "err", err)
 		}
 	}
-	return m.connect(ctx, rec.ID, inst, spec, hits)
+	return m.connect(ctx, rec.ID, rec.Tenant, inst, spec, nil, hits)
 }
 
-// connect authenticates the guest and registers the sandbox as live.
-// hits is the baseline of limit counts (zero for a new cgroup).
-func (m *Manager) connect(ctx context.Context, id string, inst *runtime.Instance, spec api.CreateSandboxRequest, hits runtime.LimitHits) error {
+// connect authenticates the guest, starts the sandbox's network (on the
+// link the runtime made, or on a new one for a sandbox re-attached after a
+// restart) and registers the sandbox as live. hits is the baseline of
+// limit counts (zero for a new cgroup); layers are the image's.
+func (m *Manager) connect(ctx context.Context, id, tenant string, inst *runtime.Instance, spec api.CreateSandboxRequest, layers []string, hits runtime.LimitHits) error {
 	gc := guestclient.New(id, inst.Token, inst.Dial)
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := gc.Hello(hctx); err != nil {
 		gc.Close()
+		if inst.Link != nil {
+			inst.Link.File.Close()
+		}
 		return err
 	}
-	ls := &liveSandbox{inst: inst, tier: m.tiers[spec.Runtime], guest: gc, spec: spec, hits: hits}
+	t := m.tiers[spec.Runtime]
+	var nsb *network.Sandbox
+	switch n := networkOf(spec); {
+	case inst.Link != nil:
+		var err error
+		if nsb, err = m.attachNetwork(ctx, id, tenant, inst.Link, n); err != nil {
+			gc.Close()
+			return err
+		}
+	case n.Mode != api.NetworkNone:
+		var err error
+		if nsb, err = m.relink(ctx, t, id, tenant, n); err != nil {
+			gc.Close()
+			return err
+		}
+	}
+	ls := &liveSandbox{inst: inst, tier: t, guest: gc, spec: spec, hits: hits, net: nsb, layers: layers}
 	ls.lastActive.Store(m.cfg.Now().UnixNano())
 	m.mu.Lock()
 	m.live[id] = ls
@@ -302,23 +350,31 @@ func (m *Manager) watch(id string, inst *runtime.Instance) {
 	}
 }
 
-// Close stops the manager's watchers, deletes the warm pool and drops guest
-// connections. Sandboxes keep running.
+// Close stops the manager's watchers, deletes the warm pool, drops guest
+// connections and ends the sandboxes' networks (a restarted daemon links
+// them again). Sandboxes keep running.
 func (m *Manager) Close() {
 	m.cancel()
 	m.wg.Wait()
 	m.drainPool(context.Background())
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for _, ls := range m.live {
 		ls.guest.Close()
+		if ls.net != nil {
+			ls.net.Close()
+		}
 	}
+	m.mu.Unlock()
+	m.egress.close()
 }
 
 // Create makes a sandbox and waits until its guest answers.
 func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	req, err := m.normalize(req)
 	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := m.normalizeRequestNetwork(ctx, tenant, &req); err != nil {
 		return api.Sandbox{}, err
 	}
 	if id, ok := m.takePooled(req); ok {
@@ -350,11 +406,6 @@ func (m *Manager) boot(ctx context.Context, tenant, state string, req api.Create
 	if err != nil {
 		return api.Sandbox{}, "", err
 	}
-	spec, err := m.resolve(ctx, id, idRange, req)
-	if err != nil {
-		m.ranges.release(id)
-		return api.Sandbox{}, "", err
-	}
 	specJSON, err := json.Marshal(req)
 	if err != nil {
 		m.ranges.release(id)
@@ -375,6 +426,11 @@ func (m *Manager) boot(ctx context.Context, tenant, state string, req api.Create
 		m.forget(id)
 		return api.Sandbox{}, "", err
 	}
+	// After the row: a networked sandbox's CA is stored with it.
+	spec, err := m.resolve(ctx, id, idRange, req)
+	if err != nil {
+		return fail(err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
 	defer cancel()
 	inst, err := t.rt.Create(cctx, spec)
@@ -385,7 +441,7 @@ func (m *Manager) boot(ctx context.Context, tenant, state string, req api.Create
 		m.undoCreate(t, id, inst.State)
 		return fail(err)
 	}
-	if err := m.connect(cctx, id, inst, req, runtime.LimitHits{}); err != nil {
+	if err := m.connect(cctx, id, tenant, inst, req, spec.Root.Layers, runtime.LimitHits{}); err != nil {
 		m.undoCreate(t, id, inst.State)
 		return fail(err)
 	}
@@ -402,7 +458,7 @@ func (m *Manager) boot(ctx context.Context, tenant, state string, req api.Create
 	return toAPI(rec, req), id, nil
 }
 
-// drop forgets a live sandbox's connection.
+// drop forgets a live sandbox's connection and ends its network.
 func (m *Manager) drop(id string) {
 	m.mu.Lock()
 	ls, ok := m.live[id]
@@ -410,6 +466,9 @@ func (m *Manager) drop(id string) {
 	m.mu.Unlock()
 	if ok {
 		ls.guest.Close()
+		if ls.net != nil {
+			ls.net.Close()
+		}
 	}
 }
 
@@ -491,6 +550,7 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 		return err
 	}
 	m.ranges.release(id)
+	m.egress.forget(id)
 	m.emit(id, api.SandboxDeleted)
 	return nil
 }
@@ -553,7 +613,7 @@ func toAPI(rec store.Sandbox, spec api.CreateSandboxRequest) api.Sandbox {
 	sb := api.Sandbox{
 		ID: rec.ID, State: rec.State, Image: rec.Image, Runtime: rec.Runtime, Env: spec.Env,
 		Workdir: spec.Workdir, User: spec.User, Labels: rec.Labels, Limits: spec.Limits,
-		Timeouts: spec.Timeouts, CreatedAt: rec.CreatedAt, Error: rec.Error,
+		Timeouts: spec.Timeouts, Network: networkOf(spec), CreatedAt: rec.CreatedAt, Error: rec.Error,
 	}
 	if !rec.StoppedAt.IsZero() {
 		t := rec.StoppedAt

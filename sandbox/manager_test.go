@@ -105,7 +105,8 @@ func TestOneResolvedSpec(t *testing.T) {
 		Mounts:  []runtime.Mount{{Source: "/usr", Target: "/usr", ReadOnly: true}},
 		Users:   runtime.IDMap{HostID: 1_000_065_536, Size: 65536},
 		Network: runtime.Network{Mode: runtime.NetworkNone},
-		Limits:  runtime.Limits{MemoryBytes: 256 << 20, Pids: 512}}
+		Limits:  runtime.Limits{MemoryBytes: 256 << 20, Pids: 512},
+		Files:   []runtime.File{{Path: "/etc/resolv.conf", Data: []byte("nameserver 100.64.0.1\noptions edns0\n"), Mode: 0o644}}}
 	if !reflect.DeepEqual(created[0].Spec, want) {
 		t.Fatalf("create spec\n got %+v\nwant %+v", created[0].Spec, want)
 	}

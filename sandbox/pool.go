@@ -83,6 +83,9 @@ func (m *Manager) fillOne(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := m.normalizeRequestNetwork(ctx, "", &req); err != nil {
+		return err
+	}
 	_, id, err := m.boot(ctx, "", statePooled, req)
 	if err != nil {
 		return fmt.Errorf("warm pool: %w", err)
@@ -134,6 +137,10 @@ func (m *Manager) claim(ctx context.Context, tenant, id string, req api.CreateSa
 	m.mu.Unlock()
 	if ls == nil {
 		return api.Sandbox{}, fmt.Errorf("pooled sandbox %s is gone", id)
+	}
+	// The pooled sandbox had the daemon's default network: now the request's.
+	if err := m.setNetwork(ctx, ls, id, tenant, networkOf(req)); err != nil {
+		return api.Sandbox{}, err
 	}
 	specJSON, err := json.Marshal(req)
 	if err != nil {

@@ -86,14 +86,25 @@ func (m *Manager) RuntimeInfo() []api.Runtime {
 	var out []api.Runtime
 	for _, name := range m.Runtimes() {
 		c := m.tiers[name].caps
+		modes, missing := []string{api.NetworkNone}, maps.Clone(c.Missing)
+		switch {
+		case !slices.Contains(c.NetworkModes, runtime.NetworkLink):
+		case m.net == nil:
+			if missing == nil {
+				missing = map[string]string{}
+			}
+			missing["network"] = m.cfg.NetworkUnavailable
+		default:
+			modes = append(modes, api.NetworkAllowlist, api.NetworkOpen)
+		}
 		out = append(out, api.Runtime{Name: name, Default: name == m.cfg.DefaultRuntime, Available: true,
 			Capabilities: &api.RuntimeCapabilities{
 				Limits: limitNames(c.Limits),
 				Max: api.Limits{CPUs: c.Host.CPUs, MemoryBytes: c.Host.MemoryBytes, Pids: maxPids,
 					DiskBytes: c.Host.DiskBytes, OpenFiles: c.Host.OpenFiles},
-				NetworkModes: slices.Clone(c.NetworkModes),
+				NetworkModes: modes,
 				StopStart:    c.StopStart, UpdateLimits: c.UpdateLimits, GrowDisk: c.GrowDisk, Stats: c.Stats,
-				IDMappedLayers: c.IDMappedLayers, Missing: maps.Clone(c.Missing),
+				IDMappedLayers: c.IDMappedLayers, Missing: missing,
 			}})
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.cfg.Unavailable)) {

@@ -18,6 +18,8 @@ import (
 // A runtime that idmaps layers gets the image as one copy for every
 // sandbox, mounted through each one's range; for another the image store
 // keeps a copy owned by the range (made the first time a range is used).
+// The sandbox's writable layer gets, at each boot, the files its network
+// needs: the resolver, and the trust of the sandbox's CA.
 func (m *Manager) resolve(ctx context.Context, id string, idRange uint32, req api.CreateSandboxRequest) (runtime.Spec, error) {
 	t, err := m.tier(req.Runtime)
 	if err != nil {
@@ -32,13 +34,18 @@ func (m *Manager) resolve(ctx context.Context, id string, idRange uint32, req ap
 	if err != nil {
 		return runtime.Spec{}, err
 	}
+	netw, files, err := m.networkSpec(ctx, id, networkOf(req), img.Root.Layers)
+	if err != nil {
+		return runtime.Spec{}, err
+	}
 	return runtime.Spec{
 		ID:       id,
 		Hostname: id,
 		Root:     img.Root,
 		Mounts:   img.Mounts,
 		Users:    users,
-		Network:  runtime.Network{Mode: runtime.NetworkNone},
+		Network:  netw,
 		Limits:   runtime.Limits(req.Limits),
+		Files:    files,
 	}, nil
 }

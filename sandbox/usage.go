@@ -41,7 +41,14 @@ func (m *Manager) Stats(ctx context.Context, tenant, id string) (api.Usage, erro
 	if err != nil {
 		return api.Usage{}, err
 	}
-	return api.Usage(u), nil
+	out := usageToAPI(u)
+	m.mu.Lock()
+	if ls := m.live[id]; ls != nil && ls.net != nil {
+		sum := ls.net.Summary()
+		out.Egress = &sum
+	}
+	m.mu.Unlock()
+	return out, nil
 }
 
 // oomCounter explains SIGKILLed processes: the kernel's OOM killer sends

@@ -6,6 +6,7 @@ import (
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/runtime"
 )
 
 // This file is the one place where the public API's wire types (api) and the
@@ -20,7 +21,10 @@ func processSpec(sb api.CreateSandboxRequest, req api.ExecRequest) guestapi.Proc
 	if req.Shell != "" {
 		args = []string{"/bin/sh", "-c", req.Shell}
 	}
-	env := map[string]string{}
+	env := networkEnv(networkOf(sb))
+	if env == nil {
+		env = map[string]string{}
+	}
 	for k, v := range sb.Env {
 		env[k] = v
 	}
@@ -219,3 +223,10 @@ func downloadResultToAPI(r guestapi.DownloadResult) api.DownloadResult {
 func archiveResultToAPI(r guestapi.ArchiveResult) api.ArchiveResult { return api.ArchiveResult(r) }
 
 func watchEventToAPI(ev guestapi.WatchEvent) api.WatchEvent { return api.WatchEvent(ev) }
+
+// usageToAPI converts a runtime's usage report; the egress summary is the
+// manager's to add.
+func usageToAPI(u runtime.Usage) api.Usage {
+	return api.Usage{CPUSeconds: u.CPUSeconds, MemoryBytes: u.MemoryBytes, MemoryPeakBytes: u.MemoryPeakBytes,
+		Pids: u.Pids, OOMKills: u.OOMKills, DiskBytes: u.DiskBytes}
+}

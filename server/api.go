@@ -21,6 +21,7 @@ type Manager interface {
 	Sandboxes
 	Processes
 	Files
+	Network
 }
 
 // Sandboxes is the lifecycle half of the manager.
@@ -104,6 +105,7 @@ func (a *apiGroup) Routes(r *Router) {
 	r.Handle("POST /v1/sandboxes/{id}/processes/{pid}/wait", a.waitProcess)
 	r.Handle("POST /v1/sandboxes/{id}/processes/{pid}/signal", a.signalProcess)
 	a.routeFiles(r)
+	a.routeNetwork(r)
 }
 
 // metricsRoute serves the Prometheus text exposition format.

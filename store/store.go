@@ -49,6 +49,26 @@ func migrations() []string {
 		`ALTER TABLE sandboxes ADD COLUMN stopped_at INTEGER NOT NULL DEFAULT 0;`,
 		`ALTER TABLE sandboxes ADD COLUMN id_range INTEGER NOT NULL DEFAULT 0;
 		CREATE UNIQUE INDEX sandboxes_id_range ON sandboxes(id_range) WHERE id_range > 0;`,
+		`CREATE TABLE secrets (
+			tenant TEXT NOT NULL,
+			name TEXT NOT NULL,
+			value BLOB NOT NULL,
+			created_at INTEGER NOT NULL,
+			updated_at INTEGER NOT NULL,
+			PRIMARY KEY (tenant, name)
+		);
+		CREATE TABLE sandbox_ca (
+			sandbox_id TEXT PRIMARY KEY REFERENCES sandboxes(id) ON DELETE CASCADE,
+			cert BLOB NOT NULL,
+			key BLOB NOT NULL
+		);
+		CREATE TABLE egress (
+			sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+			seq INTEGER NOT NULL,
+			allowed INTEGER NOT NULL,
+			record BLOB NOT NULL,
+			PRIMARY KEY (sandbox_id, seq)
+		) WITHOUT ROWID;`,
 	}
 }
 

@@ -99,6 +99,10 @@ func serveCommand() *cobra.Command {
 	f.IntVar(&cfg.WarmPool, "warm-pool", 2, "sandboxes of the default image kept booted ahead of time, so a create is a hand-over (0: none)")
 	f.BoolVar(&cfg.Native.NoSeccomp, "no-seccomp", false, "do not install the seccomp profile in sandboxes (debugging only)")
 	f.StringVar(&outputBudget, "exec-output-budget", "512M", "output that plain (not streamed) execs may hold in the daemon together; past it they fail with resource_exhausted")
+	f.StringVar(&cfg.Network.Default, "default-network", "none", "network mode of sandboxes whose create names none: none, allowlist (reaches nothing until a policy allows it) or open")
+	f.StringVar(&cfg.Network.Netns, "egress-netns", "", "network namespace (a path such as /run/netns/NAME) that sandboxes' connections leave from (default: the daemon's own)")
+	f.StringArrayVar(&cfg.Network.DNS, "egress-dns", nil, "upstream resolver, ip or ip:port (repeatable; default: the nameservers in /etc/resolv.conf)")
+	f.StringVar(&cfg.Network.CAFile, "egress-ca", "", "PEM file of CA certificates to trust, besides the host's, when verifying the hosts secrets are bound to")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	return cmd
 }

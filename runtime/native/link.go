@@ -51,4 +51,3 @@ func makeLink(pid int, n runtime.Network) (*runtime.Link, error) {
 	}
 	return &runtime.Link{File: f, MTU: n.MTU}, nil
 }
-

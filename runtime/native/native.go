@@ -506,8 +506,12 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 			return nil, err
 		}
 	}
-	if upper, _ := layerDirs(dir); !exists(upper) {
+	upper, _ := layerDirs(dir)
+	if !exists(upper) {
 		return nil, errdefs.New(errdefs.NotFound, "sandbox %s has no files to start from", spec.ID)
+	}
+	if err := writeFiles(upper, spec.Hostname, spec.Files, int(spec.Users.HostID)); err != nil {
+		return nil, err
 	}
 	// A cgroup left by an init that died on its own is cleared first.
 	if cg, err := r.cgroups.Load(spec.ID); err == nil {
@@ -651,49 +655,6 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 		return nil, err
 	}
 	return &runtime.Instance{State: st, Dial: r.dialer(spec.ID, pid), Token: token, Exited: exited, Link: link}, nil
-}
-
-// writeFiles puts /etc/hostname and /etc/hosts for the sandbox, and the
-// spec's files, into its writable layer before it starts (cheaper than a
-// copy-up inside), owned by the sandbox's root, with the directories they
-// need.
-func writeFiles(upper, hostname string, files []runtime.File, owner int) error {
-	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
-	all := append([]runtime.File{
-		{Path: "/etc/hostname", Data: []byte(hostname + "\n"), Mode: 0o644},
-		{Path: "/etc/hosts", Data: []byte(hosts), Mode: 0o644},
-	}, files...)
-	for _, f := range all {
-		rel := strings.TrimPrefix(filepath.Clean(f.Path), "/")
-		if !filepath.IsAbs(f.Path) || rel == "" || rel == "." || strings.HasPrefix(rel, "..") {
-			return errdefs.New(errdefs.InvalidArgument, "file %q: want an absolute path in the sandbox", f.Path)
-		}
-		dir := upper
-		for _, name := range strings.Split(filepath.Dir(rel), "/") {
-			if name == "." {
-				break
-			}
-			dir = filepath.Join(dir, name)
-			if err := os.Mkdir(dir, 0o755); err == nil {
-				if err := os.Lchown(dir, owner, owner); err != nil {
-					return err
-				}
-			} else if !errors.Is(err, os.ErrExist) {
-				return fmt.Errorf("make %s in the writable layer: %w", filepath.Dir(f.Path), err)
-			}
-		}
-		p := filepath.Join(upper, rel)
-		if err := os.WriteFile(p, f.Data, f.Mode.Perm()); err != nil {
-			return fmt.Errorf("write %s: %w", f.Path, err)
-		}
-		if err := os.Chmod(p, f.Mode.Perm()); err != nil {
-			return err
-		}
-		if err := os.Lchown(p, owner, owner); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // guestCommand prepares `berth guest` in new namespaces, booting from a
