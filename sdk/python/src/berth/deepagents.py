@@ -6,6 +6,11 @@
 
     agent = create_deep_agent(model=..., backend=BerthSandbox(sandbox=Berth().create(ephemeral=False)))
 
+    # or a new sandbox with a network policy, the key added outside it:
+    backend = BerthSandbox.create(allow=["pypi.org", "*.pythonhosted.org"],
+                                  network={"secrets": [{"secret": "openai", "host": "api.openai.com",
+                                                        "env": "OPENAI_API_KEY"}]})
+
 ``execute`` runs the command in the sandbox; ``upload_files`` and
 ``download_files`` use berth's batch transfers. ``ls``, ``read``, ``write``,
 ``edit``, ``glob`` and ``grep`` are one berth API call each (served by the
@@ -38,7 +43,7 @@ from deepagents.backends.protocol import (
 from deepagents.backends.sandbox import BaseSandbox
 from deepagents.backends.utils import _get_backend_read_file_type, normalize_read_bounds
 
-from ._client import Sandbox
+from ._client import Berth, Sandbox
 from .errors import BerthError, InvalidArgument, NotFound, PermissionDenied
 
 # The limits and texts of deepagents' BaseSandbox.read, kept identical.
@@ -99,6 +104,16 @@ class BerthSandbox(BaseSandbox):
         self._sb = sandbox
         self._timeout = timeout
         self._max_output = max_output_bytes
+
+    @classmethod
+    def create(
+        cls, client: Berth | None = None, *, timeout: int = DEFAULT_TIMEOUT, max_output_bytes: int | None = None, **create: Any
+    ) -> BerthSandbox:
+        """A backend on a new sandbox (kept until deleted). ``create`` takes
+        :meth:`berth.Berth.create`'s keywords: image, limits, labels, ``network``
+        (a mode or a policy dict with allow, deny and secrets) and ``allow``."""
+        client = client or Berth()
+        return cls(sandbox=client.create(ephemeral=False, **create), timeout=timeout, max_output_bytes=max_output_bytes)
 
     @property
     def id(self) -> str:
