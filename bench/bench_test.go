@@ -151,16 +151,19 @@ func TestReplaceBetween(t *testing.T) {
 }
 
 func TestConfigCheck(t *testing.T) {
-	good := config{berth: os.Args[0], rounds: 1, execRounds: 1, density: 1, window: time.Second, smallFiles: 1}
+	good := config{berth: os.Args[0], rounds: 1, execRounds: 1, density: 1, window: time.Second, smallFiles: 1,
+		netRounds: 1, netRequests: 1, netDensity: 1}
 	if err := good.check(); err != nil {
 		t.Fatal(err)
 	}
 	for name, mut := range map[string]func(*config){
-		"rounds": func(c *config) { c.rounds = 0 },
-		"window": func(c *config) { c.window = 0 },
-		"big":    func(c *config) { c.bigBytes = -1 },
-		"files":  func(c *config) { c.smallFiles = 0 },
-		"berth":  func(c *config) { c.berth = "/nonexistent/berth" },
+		"rounds":   func(c *config) { c.rounds = 0 },
+		"window":   func(c *config) { c.window = 0 },
+		"big":      func(c *config) { c.bigBytes = -1 },
+		"files":    func(c *config) { c.smallFiles = 0 },
+		"berth":    func(c *config) { c.berth = "/nonexistent/berth" },
+		"net":      func(c *config) { c.netDensity = 0 },
+		"net load": func(c *config) { c.netRounds, c.netRequests = 1000, 1000 },
 	} {
 		c := good
 		mut(&c)
@@ -190,7 +193,9 @@ func TestMeasureSmoke(t *testing.T) {
 	testutil.RequireRoot(t)
 	work := testutil.StateDir(t)
 	cfg := config{berth: testutil.Berth(t), work: work, rounds: 2, execRounds: 3, density: 3, bursts: []int{3},
-		clients: []int{1, 4}, window: 200 * time.Millisecond, smallFiles: 20, peers: true}
+		clients: []int{1, 4}, window: 200 * time.Millisecond, smallFiles: 20, peers: true,
+		net: true, netRounds: 2, netRequests: 3, netDensity: 2}
+	netnsBefore, _ := os.ReadDir("/run/netns")
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -212,7 +217,7 @@ func TestMeasureSmoke(t *testing.T) {
 			t.Errorf("%s / %s: implausible summary %+v", m.Name, m.Subject, m.Summary)
 		}
 	}
-	for _, g := range []string{"start", "exec", "files", "density"} {
+	for _, g := range []string{"start", "exec", "files", "density", "network"} {
 		if !groups[g] {
 			t.Errorf("no %s rows", g)
 		}
@@ -227,7 +232,7 @@ func TestMeasureSmoke(t *testing.T) {
 		}
 	}
 	// Both daemons removed their state: no sandbox was left to delete.
-	for _, d := range []string{"berth-warm", "berth-cold", "berth-sized-pool"} {
+	for _, d := range []string{"berth-warm", "berth-cold", "berth-sized-pool", "berth-net", "berth-net-none", "berth-net-allowlist"} {
 		if _, err := os.Stat(filepath.Join(work, d)); !os.IsNotExist(err) {
 			t.Errorf("%s's state is still there (a sandbox was left?): %v", d, err)
 		}
@@ -240,6 +245,10 @@ func TestMeasureSmoke(t *testing.T) {
 		if strings.Contains(string(out), fmt.Sprintf("-%d-", os.Getpid())) {
 			t.Errorf("%s containers left: %s", rt, out)
 		}
+	}
+	// The test internet's namespace went with the network step.
+	if netnsAfter, _ := os.ReadDir("/run/netns"); len(netnsAfter) > len(netnsBefore) {
+		t.Errorf("network namespaces left: %d before, %d after", len(netnsBefore), len(netnsAfter))
 	}
 	if len(markdown(res)) == 0 {
 		t.Fatal("empty table")

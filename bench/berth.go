@@ -39,9 +39,9 @@ type daemon struct {
 	ids map[string]bool
 }
 
-// startDaemon starts berth serve with a warm pool of the given size and
-// waits until it answers.
-func startDaemon(ctx context.Context, bin, work, name string, pool int, log *slog.Logger) (*daemon, error) {
+// startDaemon starts berth serve with a warm pool of the given size (and
+// any further flags) and waits until it answers.
+func startDaemon(ctx context.Context, bin, work, name string, pool int, log *slog.Logger, flags ...string) (*daemon, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -60,7 +60,7 @@ func startDaemon(ctx context.Context, bin, work, name string, pool int, log *slo
 		return nil, err
 	}
 	defer logFile.Close() // the child has its own descriptor
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--state-dir", state, "--warm-pool", strconv.Itoa(pool))
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr, "--state-dir", state, "--warm-pool", strconv.Itoa(pool)}, flags...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
@@ -95,6 +95,13 @@ func (d *daemon) create(ctx context.Context) (api.Sandbox, error) {
 		d.mu.Unlock()
 	}
 	return sb, err
+}
+
+// track remembers a sandbox made other than by create, for close.
+func (d *daemon) track(id string) {
+	d.mu.Lock()
+	d.ids[id] = true
+	d.mu.Unlock()
 }
 
 // remove deletes a sandbox the bench made.

@@ -44,6 +44,10 @@ func main() {
 	flag.Int64Var(&cfg.bigBytes, "big", 1<<30, "size of the large transfer in bytes (0: skip it)")
 	flag.IntVar(&cfg.smallFiles, "small-files", 1000, "files in the many-small-files transfer")
 	flag.BoolVar(&cfg.peers, "peers", true, "measure crun, runc, runsc, bwrap and podman too")
+	flag.BoolVar(&cfg.net, "net", true, "measure sandboxes' network against the host's direct path (needs iproute2 and python3)")
+	flag.IntVar(&cfg.netRounds, "net-rounds", 10, "rounds of a batch of requests on each network path")
+	flag.IntVar(&cfg.netRequests, "net-requests", 50, "requests in each batch")
+	flag.IntVar(&cfg.netDensity, "net-density", 100, "idle sandboxes per network mode for the network's memory")
 	out := flag.String("out", "bench/results", "directory for latest.md and latest.json")
 	readme := flag.String("readme", "", "a file whose section between <!-- bench:start --> and <!-- bench:end --> gets the table")
 	flag.Parse()
@@ -108,6 +112,8 @@ func (c config) check() error {
 	switch {
 	case c.rounds < 1 || c.execRounds < 1 || c.density < 1:
 		return errors.New("-rounds, -exec-rounds and -density must be at least 1")
+	case c.netRounds < 1 || c.netRequests < 1 || c.netDensity < 1 || c.netRounds*c.netRequests > 100_000 || c.netDensity > 1000:
+		return errors.New("-net-rounds, -net-requests and -net-density must be at least 1 (at most 100000 requests, 1000 sandboxes)")
 	case c.window <= 0 || c.window > time.Minute:
 		return errors.New("-window must be between 0 and 1m")
 	case c.bigBytes < 0 || c.bigBytes > 4<<30:

@@ -23,17 +23,21 @@ import (
 
 // config is what one run measures.
 type config struct {
-	berth      string        // the berth binary
-	work       string        // scratch directory (state, bundles, logs)
-	rounds     int           // interleaved rounds of start samples
-	execRounds int           // interleaved rounds of exec samples
-	density    int           // idle sandboxes for the density measurement
-	bursts     []int         // sizes of concurrent-create bursts
-	clients    []int         // concurrent clients for exec throughput
-	window     time.Duration // how long each throughput level runs
-	bigBytes   int64         // the large transfer (0: none)
-	smallFiles int           // files in the many-small-files transfer
-	peers      bool          // measure the peers too
+	berth       string        // the berth binary
+	work        string        // scratch directory (state, bundles, logs)
+	rounds      int           // interleaved rounds of start samples
+	execRounds  int           // interleaved rounds of exec samples
+	density     int           // idle sandboxes for the density measurement
+	bursts      []int         // sizes of concurrent-create bursts
+	clients     []int         // concurrent clients for exec throughput
+	window      time.Duration // how long each throughput level runs
+	bigBytes    int64         // the large transfer (0: none)
+	smallFiles  int           // files in the many-small-files transfer
+	peers       bool          // measure the peers too
+	net         bool          // measure the network
+	netRounds   int           // rounds of a batch of requests on each network path
+	netRequests int           // requests in a batch
+	netDensity  int           // idle sandboxes per network mode for its memory
 }
 
 // suite runs the measurements; everything it starts is stopped by close.
@@ -96,6 +100,12 @@ func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error
 		{"bursts of concurrent creates", func(ctx context.Context, _ []subject) error { return s.burstsOf(ctx) }},
 		{"file transfers", func(ctx context.Context, _ []subject) error { return s.files(ctx) }},
 		{"density", func(ctx context.Context, _ []subject) error { return s.densityOf(ctx) }},
+		{"network", func(ctx context.Context, _ []subject) error {
+			if !cfg.net {
+				return nil
+			}
+			return s.network(ctx)
+		}},
 	}
 	for _, step := range steps {
 		log.Info(step.what)

@@ -208,6 +208,16 @@ print(s.recv(4096).decode().split('\r\n')[0])"`
 	if err != nil || len(denied) == 0 || slicesAny(denied, func(r api.EgressRecord) bool { return r.Allowed }) {
 		t.Fatalf("denied records: %+v %v", denied, err)
 	}
+	// Each sandbox trusts a CA of its own, and no other sandbox's.
+	caOpen, _ := sh(t, d, open, "cat /etc/berth/ca.crt")
+	caAl, _ := sh(t, d, al, "cat /etc/berth/ca.crt")
+	if !strings.Contains(caOpen, "BEGIN CERTIFICATE") || caOpen == caAl {
+		t.Fatalf("two sandboxes' CAs: %q and %q", caOpen, caAl)
+	}
+	if bundle, code := sh(t, d, al, "cat /etc/ssl/certs/ca-certificates.crt"); code != 0 ||
+		!strings.Contains(bundle, strings.TrimSpace(caAl)) || strings.Contains(bundle, strings.TrimSpace(caOpen)) {
+		t.Fatalf("a sandbox's trust bundle must hold its CA and no other sandbox's (%d bytes, code %d)", len(bundle), code)
+	}
 
 	// A policy change applies to new connections at once.
 	if _, err := d.client.SetNetwork(t.Context(), al, api.Network{Mode: api.NetworkAllowlist, Allow: []string{"api.test"}}); err != nil {

@@ -17,9 +17,9 @@ import (
 
 // terminate serves a TLS connection to a host a secret is bound to: the
 // daemon completes the handshake with a certificate of the sandbox's CA
-// for name, opens its own TLS connection to the upstream (verified against
-// the host's roots for name), and proxies HTTP/1.1 between them, adding
-// the secret.
+// for name and, at the same time, its own handshake with the upstream
+// (verified against the host's roots for name), then proxies HTTP/1.1
+// between them, adding the secret.
 func (sb *Sandbox) terminate(c, up net.Conn, prefix []byte, name string, dst netip.AddrPort, rec api.EgressRecord, start time.Time) {
 	cert, err := sb.ca.Leaf(name)
 	if err != nil {
@@ -27,19 +27,25 @@ func (sb *Sandbox) terminate(c, up net.Conn, prefix []byte, name string, dst net
 		sb.record(rec, start)
 		return
 	}
-	down := tls.Server(&prefixConn{Conn: c, prefix: prefix}, &tls.Config{
-		Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	cfg := sb.tlsDown.Clone()
+	cfg.Certificates = []tls.Certificate{cert}
+	down := tls.Server(&prefixConn{Conn: c, prefix: prefix}, cfg)
+	upTLS := tls.Client(up, &tls.Config{ServerName: name, RootCAs: sb.svc.cfg.RootCAs, ClientSessionCache: sb.sessions,
+		NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	ctx, cancel := context.WithTimeout(sb.ctx, dialTimeout)
+	upErr := make(chan error, 1)
+	go func() { upErr <- upTLS.HandshakeContext(ctx) }()
 	down.SetDeadline(time.Now().Add(sniffTimeout))
-	if err := down.Handshake(); err != nil {
+	err = down.Handshake()
+	down.SetDeadline(time.Time{})
+	if err != nil {
+		cancel()
+		<-upErr
 		rec.Error = "TLS with the sandbox: " + err.Error()
 		sb.record(rec, start)
 		return
 	}
-	down.SetDeadline(time.Time{})
-	upTLS := tls.Client(up, &tls.Config{ServerName: name, RootCAs: sb.svc.cfg.RootCAs,
-		NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
-	ctx, cancel := context.WithTimeout(sb.ctx, dialTimeout)
-	err = upTLS.HandshakeContext(ctx)
+	err = <-upErr
 	cancel()
 	if err != nil {
 		rec.Error = "TLS with " + name + ": " + err.Error()

@@ -22,6 +22,8 @@ package network
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -127,6 +129,12 @@ type Sandbox struct {
 	pol     atomic.Pointer[Policy]
 	pins    *pins
 	ca      *CA
+	// tlsDown is the base of the TLS servers that terminate the sandbox's
+	// connections (its session ticket key, so that clients that resume
+	// can); sessions keeps the upstreams' sessions, so that a second
+	// connection to a host resumes instead of verifying its chain again.
+	tlsDown  *tls.Config
+	sessions tls.ClientSessionCache
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -151,6 +159,12 @@ func (s *Service) Attach(id, tenant string, link *runtime.Link, p *Policy, ca *C
 		ctx: ctx, cancel: cancel,
 		conns: newSemaphore(s.cfg.MaxConns), udpFlows: newSemaphore(256), dnsSlots: newSemaphore(64),
 		denials: rateLimit{per: 100}}
+	sb.tlsDown = &tls.Config{NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
+	if _, err := rand.Read(sb.tlsDown.SessionTicketKey[:]); err != nil {
+		cancel()
+		return nil, err
+	}
+	sb.sessions = tls.NewLRUClientSessionCache(64)
 	sb.pol.Store(p)
 	st, err := netstack.New(int(link.File.Fd()), uint32(link.MTU), Gateway, netstack.Handlers{TCP: sb.onTCP, UDP: sb.onUDP})
 	if err != nil {

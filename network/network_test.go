@@ -51,10 +51,12 @@ type world struct {
 	records []api.EgressRecord
 }
 
-func newWorld(t *testing.T, n api.Network) *world {
+// newWorld makes a test internet and a sandbox attached to it under
+// policy n; it takes a testing.TB because the benchmarks use it too. deny
+// are the daemon's own listeners (Config.DenyAddrs).
+func newWorld(t testing.TB, n api.Network, deny ...netip.AddrPort) *world {
 	t.Helper()
 	testutil.RequireRoot(t)
-	testutil.RequireProgram(t, "curl")
 	w := &world{inet: testnet.New(t), gotAuth: make(chan string, 16)}
 	w.inet.SetRecord("web.test", webAddr)
 	w.inet.SetRecord("api.test", apiAddr)
@@ -86,7 +88,7 @@ func newWorld(t *testing.T, n api.Network) *world {
 	t.Cleanup(func() { up.Close() })
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(w.inet.CAPEM)
-	svc, err := NewService(Config{Upstream: up, Resolvers: []netip.AddrPort{dnsAddr}, RootCAs: roots,
+	svc, err := NewService(Config{Upstream: up, Resolvers: []netip.AddrPort{dnsAddr}, RootCAs: roots, DenyAddrs: deny,
 		Secret: func(_ context.Context, tenant, name string) (string, error) {
 			if name == "openai" {
 				return canary, nil
@@ -143,6 +145,7 @@ func newWorld(t *testing.T, n api.Network) *world {
 // exit code (6: name not resolved, 7: connection refused, 22: HTTP error).
 func (w *world) curl(t *testing.T, args ...string) (string, int) {
 	t.Helper()
+	testutil.RequireProgram(t, "curl")
 	cmd := exec.Command("ip", append([]string{"netns", "exec", w.ns, "curl", "-sS", "--max-time", "10", "--cacert", w.bundle}, args...)...)
 	out, err := cmd.Output()
 	code := 0
@@ -250,6 +253,24 @@ func TestAllowlist(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if w.evil.Hits() != 0 {
 		t.Fatalf("the attacker got %d connections or datagrams: %q", w.evil.Hits(), w.evil.Bytes())
+	}
+}
+
+// TestDaemonListenersStayClosed: the daemon's own listeners are refused
+// even where an allow CIDR covers their address (a daemon serving on a
+// public address, --insecure-remote-api).
+func TestDaemonListenersStayClosed(t *testing.T) {
+	daemon := netip.AddrPortFrom(webAddr, 80)
+	w := newWorld(t, api.Network{Mode: api.NetworkAllowlist, Allow: []string{"203.0.113.0/24"}}, daemon)
+	if _, code := w.curl(t, "http://203.0.113.10/"); code != 7 {
+		t.Fatalf("the daemon's listener: curl exit %d, want 7 (refused)", code)
+	}
+	w.wantRecord(t, "the refused listener", func(r api.EgressRecord) bool {
+		return r.Addr == webAddr.String() && r.Port == 80 && !r.Allowed && r.Rule == "the daemon's own listener"
+	})
+	// The same address on another port is what the CIDR allows.
+	if _, code := w.curl(t, "-o", "/dev/null", "-k", "https://203.0.113.10/"); code != 0 {
+		t.Fatalf("another port of the same address: curl exit %d", code)
 	}
 }
 

@@ -29,12 +29,21 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
 )
+
+// T is what the package needs of a test: testing.TB has it, and so does
+// the bench's stand-in (bench runs the same internet outside go test).
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+}
 
 // Net is a test's internet.
 type Net struct {
@@ -56,7 +65,7 @@ type Net struct {
 // whose peer goes nowhere, so that a daemon pointed at it finds an egress
 // route and a connection to an address no server holds goes unanswered)
 // and the test CA; the test's cleanup deletes the namespace.
-func New(t testing.TB) *Net {
+func New(t T) *Net {
 	t.Helper()
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatal("the network tests need iproute2's ip (make test installs it)")
@@ -75,7 +84,7 @@ func New(t testing.TB) *Net {
 	return n
 }
 
-func ip(t testing.TB, args ...string) {
+func ip(t T, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
@@ -83,7 +92,7 @@ func ip(t testing.TB, args ...string) {
 }
 
 // AddAddr makes addr one of the namespace's own addresses.
-func (n *Net) AddAddr(t testing.TB, addr netip.Addr) {
+func (n *Net) AddAddr(t T, addr netip.Addr) {
 	t.Helper()
 	ip(t, "-n", n.Name, "addr", "add", addr.String()+"/32", "dev", "lo")
 }
@@ -110,7 +119,7 @@ func (n *Net) inside(fn func() error) error {
 }
 
 // Listen opens a listener inside the namespace (its address is added).
-func (n *Net) Listen(t testing.TB, addr netip.AddrPort) net.Listener {
+func (n *Net) Listen(t T, addr netip.AddrPort) net.Listener {
 	t.Helper()
 	n.addOnce(t, addr.Addr())
 	var ln net.Listener
@@ -125,7 +134,7 @@ func (n *Net) Listen(t testing.TB, addr netip.AddrPort) net.Listener {
 }
 
 // ListenPacket opens a UDP socket inside the namespace.
-func (n *Net) ListenPacket(t testing.TB, addr netip.AddrPort) net.PacketConn {
+func (n *Net) ListenPacket(t T, addr netip.AddrPort) net.PacketConn {
 	t.Helper()
 	n.addOnce(t, addr.Addr())
 	var pc net.PacketConn
@@ -140,7 +149,7 @@ func (n *Net) ListenPacket(t testing.TB, addr netip.AddrPort) net.PacketConn {
 }
 
 // Dial connects from inside the namespace.
-func (n *Net) Dial(t testing.TB, addr string) (net.Conn, error) {
+func (n *Net) Dial(t T, addr string) (net.Conn, error) {
 	var c net.Conn
 	err := n.inside(func() (err error) {
 		c, err = net.DialTimeout("tcp4", addr, 5*time.Second)
@@ -149,7 +158,7 @@ func (n *Net) Dial(t testing.TB, addr string) (net.Conn, error) {
 	return c, err
 }
 
-func (n *Net) addOnce(t testing.TB, addr netip.Addr) {
+func (n *Net) addOnce(t T, addr netip.Addr) {
 	t.Helper()
 	out, err := exec.Command("ip", "-n", n.Name, "-o", "addr", "show", "dev", "lo").Output()
 	if err != nil {
@@ -161,7 +170,7 @@ func (n *Net) addOnce(t testing.TB, addr netip.Addr) {
 }
 
 // ServeHTTP serves h over plain HTTP at addr.
-func (n *Net) ServeHTTP(t testing.TB, addr netip.AddrPort, h http.Handler) {
+func (n *Net) ServeHTTP(t T, addr netip.AddrPort, h http.Handler) {
 	t.Helper()
 	ln := n.Listen(t, addr)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
@@ -171,7 +180,7 @@ func (n *Net) ServeHTTP(t testing.TB, addr netip.AddrPort, h http.Handler) {
 
 // ServeHTTPS serves h over TLS at addr with a certificate of the test CA
 // for names.
-func (n *Net) ServeHTTPS(t testing.TB, addr netip.AddrPort, names []string, h http.Handler) {
+func (n *Net) ServeHTTPS(t T, addr netip.AddrPort, names []string, h http.Handler) {
 	t.Helper()
 	cert := n.Cert(t, names...)
 	ln := tls.NewListener(n.Listen(t, addr), &tls.Config{Certificates: []tls.Certificate{cert}})
@@ -180,7 +189,7 @@ func (n *Net) ServeHTTPS(t testing.TB, addr netip.AddrPort, names []string, h ht
 	t.Cleanup(func() { srv.Close() })
 }
 
-func (n *Net) makeCA(t testing.TB) {
+func (n *Net) makeCA(t T) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -205,7 +214,7 @@ func (n *Net) makeCA(t testing.TB) {
 }
 
 // Cert issues a server certificate of the test CA for names.
-func (n *Net) Cert(t testing.TB, names ...string) tls.Certificate {
+func (n *Net) Cert(t T, names ...string) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -241,7 +250,7 @@ func (n *Net) Queries() []string {
 
 // ServeDNS answers A queries over UDP and TCP at addr from the records
 // (AAAA: no answer; unknown names: NXDOMAIN), with a TTL of 60 s.
-func (n *Net) ServeDNS(t testing.TB, addr netip.AddrPort) {
+func (n *Net) ServeDNS(t T, addr netip.AddrPort) {
 	t.Helper()
 	pc := n.ListenPacket(t, addr)
 	go func() {
@@ -357,7 +366,7 @@ func (c *Capture) add(b []byte) {
 
 // Attacker listens on TCP and UDP at every port of ports on addr and
 // records whatever arrives.
-func (n *Net) Attacker(t testing.TB, addr netip.Addr, ports ...uint16) *Capture {
+func (n *Net) Attacker(t T, addr netip.Addr, ports ...uint16) *Capture {
 	t.Helper()
 	c := &Capture{}
 	for _, port := range ports {
