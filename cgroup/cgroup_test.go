@@ -767,14 +767,27 @@ func TestStartOnThread(t *testing.T) {
 			if got := egid(t, fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); got != fmt.Sprint(gid) {
 				t.Errorf("the child's effective gid is %s, want the forking thread's %d", got, gid)
 			}
-			tasks, err := filepath.Glob("/proc/self/task/*/status")
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, task := range tasks {
-				if got := egid(t, task); got == fmt.Sprint(gid) {
-					t.Errorf("%s kept the forking thread's credentials", task)
+			// The forking thread is thrown away: its goroutine ends locked, and
+			// the runtime ends the thread right after, which may be a moment
+			// after Start returned; no goroutine can run on it meanwhile.
+			kept := func() (found []string) {
+				tasks, _ := filepath.Glob("/proc/self/task/*/status")
+				for _, task := range tasks {
+					b, err := os.ReadFile(task) // gone: the thread has exited
+					for line := range strings.Lines(string(b)) {
+						if rest, ok := strings.CutPrefix(line, "Gid:"); ok && err == nil && strings.Fields(rest)[1] == fmt.Sprint(gid) {
+							found = append(found, task)
+						}
+					}
 				}
+				return found
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for len(kept()) > 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if left := kept(); len(left) > 0 {
+				t.Errorf("%v kept the forking thread's credentials", left)
 			}
 			refused := exec.Command("/bin/sleep", "30")
 			if err := g.Start(refused, func() error { return errors.New("not on this thread") }); err == nil ||
