@@ -3,6 +3,7 @@ module github.com/berthsh/berth
 go 1.26.8
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.1
 	golang.org/x/net v0.59.0

@@ -72,6 +72,9 @@ type CreateSandboxRequest struct {
 	// Network is what the sandbox may reach (default: the daemon's
 	// default policy, none unless it was started with --default-network).
 	Network *Network `json:"network,omitempty"`
+	// PublicPorts are ports inside that the daemon serves without the
+	// sandbox's access token (see Port).
+	PublicPorts []int `json:"public_ports,omitempty"`
 }
 
 // Sandbox is the public view of a sandbox.
@@ -88,6 +91,10 @@ type Sandbox struct {
 	Timeouts  Timeouts          `json:"timeouts"`
 	Network   Network           `json:"network"`
 	CreatedAt time.Time         `json:"created_at"`
+	// PublicPorts open without the access token.
+	PublicPorts []int `json:"public_ports,omitempty"`
+	// AccessToken opens the sandbox's private ports (see Port).
+	AccessToken string `json:"access_token,omitempty"`
 	// StoppedAt is when the sandbox last stopped, while it is stopped.
 	StoppedAt *time.Time `json:"stopped_at,omitempty"`
 	// Error says why a sandbox is in the error state, or why it stopped
@@ -106,6 +113,9 @@ type UpdateSandboxRequest struct {
 	// obey it at once (open ones keep going). A change that fails leaves
 	// the old policy in force.
 	Network *Network `json:"network,omitempty"`
+	// PublicPorts replaces the ports that open without the access token
+	// (an empty list: none).
+	PublicPorts *[]int `json:"public_ports,omitempty"`
 }
 
 // Usage is what a sandbox uses now: GET /v1/sandboxes/{id}/stats.
@@ -226,6 +236,9 @@ type VersionResponse struct {
 	Version  string   `json:"version"`
 	API      string   `json:"api"`
 	Runtimes []string `json:"runtimes"`
+	// PortsDomain is the domain of sandboxes' ports in host form:
+	// {port}-{id}.{PortsDomain} on the daemon's listener.
+	PortsDomain string `json:"ports_domain,omitempty"`
 }
 
 // Runtime is an isolation tier of the daemon: GET /v1/runtimes.

@@ -49,6 +49,7 @@ func AddCommands(root *cobra.Command) {
 		statsCommand(connect), updateCommand(connect), eventsCommand(connect),
 		cpCommand(connect), fsCommand(connect), runtimesCommand(connect),
 		networkCommand(connect), secretCommand(connect), egressCommand(connect),
+		portsCommand(connect), portForwardCommand(connect),
 	)
 }
 
@@ -63,6 +64,7 @@ type createFlags struct {
 	net               networkFlags
 	idle, deleteAfter string
 	maxLifetime       string
+	publicPorts       []int
 }
 
 func (f *createFlags) add(cmd *cobra.Command) {
@@ -78,6 +80,7 @@ func (f *createFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.idle, "idle-timeout", "", "stop after this long without activity, e.g. 15m (0: never; default: the daemon's)")
 	fl.StringVar(&f.deleteAfter, "delete-after", "", "delete this long after stopping, e.g. 24h (0: never)")
 	fl.StringVar(&f.maxLifetime, "max-lifetime", "", "stop this long after creation, e.g. 7d (0: never)")
+	fl.IntSliceVar(&f.publicPorts, "public-port", nil, "a port inside served without the access token (repeatable)")
 }
 
 // ParseDuration reads a duration like time.ParseDuration, plus a "d" (day)
@@ -98,7 +101,7 @@ func ParseDuration(s string) (time.Duration, error) {
 }
 
 func (f *createFlags) request() (api.CreateSandboxRequest, error) {
-	req := api.CreateSandboxRequest{Image: f.image, Runtime: f.runtime, Workdir: f.workdir, User: f.user}
+	req := api.CreateSandboxRequest{Image: f.image, Runtime: f.runtime, Workdir: f.workdir, User: f.user, PublicPorts: f.publicPorts}
 	var err error
 	if req.Labels, err = parsePairs("--label", f.labels); err != nil {
 		return req, err
@@ -393,10 +396,13 @@ func createLike(connect connector, use, short string, call func(context.Context,
 
 func execCommand(connect connector) *cobra.Command {
 	var f execFlags
+	var detach bool
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD [ARG...]",
 		Short: "Run a command in a sandbox, streaming its output; exits with its code",
-		Args:  cobra.ArbitraryArgs, // argvAfterDash checks them, with the usage line
+		Long: "Run a command in a sandbox, streaming its output; exits with its code.\n" +
+			"With -d it starts in the background instead and its PID is printed: berth ps, logs, kill act on it.",
+		Args: cobra.ArbitraryArgs, // argvAfterDash checks them, with the usage line
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, argv, err := argvAfterDash(cmd, args, 1)
 			if err != nil {
@@ -410,10 +416,19 @@ func execCommand(connect connector) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if detach {
+				p, err := c.StartProcess(cmd.Context(), ids[0], req)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), p.Pid)
+				return nil
+			}
 			return streamExec(cmd.Context(), cmd, c, ids[0], req)
 		},
 	}
 	f.add(cmd, true)
+	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "start in the background and print the PID")
 	return cmd
 }
 

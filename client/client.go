@@ -30,6 +30,7 @@ const DefaultURL = "http://127.0.0.1:7680"
 // Client talks to one berth daemon.
 type Client struct {
 	base      string // scheme://host, no trailing slash
+	unix      bool   // the daemon is on a unix socket (base is made up)
 	display   string // the URL as the user gave it, for messages
 	http      *http.Client
 	apiKey    string
@@ -87,7 +88,7 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 		if sock == "" {
 			return nil, errdefs.New(errdefs.InvalidArgument, "berth URL %q: no socket path", rawURL)
 		}
-		c.base = "http://berth"
+		c.base, c.unix = "http://berth", true
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)

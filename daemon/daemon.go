@@ -26,6 +26,7 @@ import (
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/internal/guestbin"
+	"github.com/berthsh/berth/ports"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/runtime/native"
 	"github.com/berthsh/berth/sandbox"
@@ -44,6 +45,9 @@ type Config struct {
 	// AllowedHosts are host names, beyond IP addresses and localhost, by
 	// which clients reach the API (a reverse proxy's name).
 	AllowedHosts []string
+	// Domain is the domain of sandboxes' ports in host form,
+	// {port}-{id}.{Domain} (api.DefaultDomain when empty).
+	Domain string
 	// StateDir holds the store, the unix socket and every runtime's state.
 	StateDir string
 	// GuestBinary is the binary run as each sandbox's init (`GuestBinary
@@ -206,7 +210,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	metricsReg := prometheus.NewRegistry()
 	metricsReg.MustRegister(m.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)})
-	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics))
+	if cfg.Domain == "" {
+		cfg.Domain = api.DefaultDomain
+	}
+	proxy := ports.New(ports.Config{Domain: cfg.Domain, Log: log}, m)
+	d.closers = append(d.closers, func() error { proxy.Close(); return nil })
+	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics, server.WithPortsDomain(cfg.Domain)), proxy)
 	return d, nil
 }
 

@@ -57,11 +57,18 @@ func (s *syncBuffer) String() string {
 // sandboxes they make.
 func startDaemon(t testing.TB, state string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonOn(t, freeAddr(t), state, args...)
+}
+
+// startDaemonOn is startDaemon with the daemon listening on listen
+// (host:port; the client calls it at that address).
+func startDaemonOn(t testing.TB, listen, state string, args ...string) *daemon {
+	t.Helper()
 	testutil.RequireRoot(t)
 	if state == "" {
 		state = testutil.StateDir(t)
 	}
-	d := &daemon{t: t, bin: testutil.Berth(t), state: state, listen: freeAddr(t), args: append([]string{"--warm-pool", "0"}, args...)}
+	d := &daemon{t: t, bin: testutil.Berth(t), state: state, listen: listen, args: append([]string{"--warm-pool", "0"}, args...)}
 	d.url = "http://" + d.listen
 	d.start()
 	t.Cleanup(func() {

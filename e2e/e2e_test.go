@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,19 @@ func TestCLILifecycle(t *testing.T) {
 	out, _, code = d.cli("piped input", "exec", "-i", id, "--", "cat")
 	if out != "piped input" || code != 0 {
 		t.Fatalf("exec -i: %q %d", out, code)
+	}
+	// -d: a background process, which ps, logs and kill then act on.
+	out, errOut, code = d.cli("", "exec", "-d", id, "--", "sh", "-c", "echo started; exec sleep 60")
+	pid := strings.TrimSpace(out)
+	if _, err := strconv.Atoi(pid); err != nil || code != 0 {
+		t.Fatalf("exec -d: stdout %q stderr %q exit %d", out, errOut, code)
+	}
+	if out, _, _ = d.cli("", "ps", id); !strings.Contains(out, pid) || !strings.Contains(out, "running") {
+		t.Fatalf("ps after exec -d:\n%s", out)
+	}
+	waitFor(t, 5*time.Second, func() bool { out, _, _ = d.cli("", "logs", id, pid); return out == "started\n" })
+	if _, errOut, code = d.cli("", "kill", id, pid); code != 0 {
+		t.Fatalf("kill: %s", errOut)
 	}
 	out, _, _ = d.cli("", "ls", "--label", "thread_id=t1")
 	if !strings.Contains(out, id) {

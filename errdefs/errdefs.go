@@ -168,6 +168,9 @@ const (
 	// the file, or is there more than once.
 	NoMatch   Reason = "no_match"
 	NotUnique Reason = "not_unique"
+	// PortClosed explains an unavailable port: nothing listens on it in
+	// the sandbox (yet), so a caller may wait and try again.
+	PortClosed Reason = "port_closed"
 )
 
 type reasoned struct {
@@ -197,7 +200,7 @@ func ReasonOf(err error) Reason {
 // KnownReason reports whether s names a reason (checked before believing a peer).
 func KnownReason(s string) bool {
 	switch Reason(s) {
-	case IsDirectory, NotDirectory, InvalidPath, NotRegularFile, NoSpace, NoMatch, NotUnique:
+	case IsDirectory, NotDirectory, InvalidPath, NotRegularFile, NoSpace, NoMatch, NotUnique, PortClosed:
 		return true
 	}
 	return false

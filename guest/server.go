@@ -47,6 +47,8 @@ func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table,
 	route("POST "+guestapi.PathProcesses+"/{pid}/wait", s.wait)
 	route("POST "+guestapi.PathProcesses+"/{pid}/signal", s.signal)
 	route("GET "+guestapi.PathEcho, s.echo)
+	route("GET "+guestapi.PathDial, s.dial)
+	route("GET "+guestapi.PathPorts, s.ports)
 	routeFiles(route, fs)
 	route("/", s.noRoute)
 	srv := &http.Server{
@@ -165,7 +167,7 @@ func (s *server) hello(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, guestapi.HelloResponse{
 		Protocol:    guestapi.Protocol,
 		MinProtocol: guestapi.MinProtocol,
-		Features:    []string{"exec", "processes", "files", guestapi.FeatureStream},
+		Features:    []string{"exec", "processes", "files", guestapi.FeatureStream, guestapi.FeaturePorts},
 		Proof:       guestapi.Proof(s.token, nonce),
 	})
 }

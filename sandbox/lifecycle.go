@@ -188,8 +188,18 @@ func (m *Manager) Update(ctx context.Context, tenant, id string, req api.UpdateS
 			return api.Sandbox{}, err
 		}
 	}
+	if req.PublicPorts != nil {
+		if _, err := normalizePorts("public_ports", *req.PublicPorts); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
 	if req.Network != nil {
 		if err := m.updateNetwork(ctx, rec, *req.Network); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
+	if req.PublicPorts != nil {
+		if err := m.updatePublicPorts(ctx, tenant, id, *req.PublicPorts); err != nil {
 			return api.Sandbox{}, err
 		}
 	}

@@ -121,6 +121,8 @@ type liveSandbox struct {
 	net *network.Sandbox
 	// layers are the image's, as resolved when the sandbox booted.
 	layers []string
+	// token caches the sandbox's port access token once read.
+	token atomic.Pointer[string]
 }
 
 // New returns a manager over the available runtimes, reading their
@@ -184,6 +186,13 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	for _, rec := range all {
 		m.ranges.hold(rec.ID, rec.IDRange)
+		if rec.AccessToken == "" && rec.State != statePooled {
+			// A sandbox made before ports gets its token now, so that every
+			// sandbox the API shows has one.
+			if _, err := m.accessToken(ctx, rec.ID, nil); err != nil {
+				m.log.Error("give a sandbox its access token", "sandbox", rec.ID, "err", err)
+			}
+		}
 	}
 	for _, rec := range all {
 		switch rec.State {
@@ -411,9 +420,14 @@ func (m *Manager) boot(ctx context.Context, tenant, state string, req api.Create
 		m.ranges.release(id)
 		return api.Sandbox{}, "", err
 	}
+	token, err := newAccessToken()
+	if err != nil {
+		m.ranges.release(id)
+		return api.Sandbox{}, "", err
+	}
 	now := m.cfg.Now().UTC()
 	rec := store.Sandbox{ID: id, Tenant: tenant, State: api.StateCreating, Image: req.Image, Runtime: req.Runtime,
-		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now, IDRange: idRange}
+		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now, IDRange: idRange, AccessToken: token}
 	if state == statePooled {
 		rec.State = statePooled // a crash before the end is cleaned up like a creating one
 	}
@@ -614,6 +628,7 @@ func toAPI(rec store.Sandbox, spec api.CreateSandboxRequest) api.Sandbox {
 		ID: rec.ID, State: rec.State, Image: rec.Image, Runtime: rec.Runtime, Env: spec.Env,
 		Workdir: spec.Workdir, User: spec.User, Labels: rec.Labels, Limits: spec.Limits,
 		Timeouts: spec.Timeouts, Network: networkOf(spec), CreatedAt: rec.CreatedAt, Error: rec.Error,
+		PublicPorts: spec.PublicPorts, AccessToken: rec.AccessToken,
 	}
 	if !rec.StoppedAt.IsZero() {
 		t := rec.StoppedAt

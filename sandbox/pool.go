@@ -146,12 +146,19 @@ func (m *Manager) claim(ctx context.Context, tenant, id string, req api.CreateSa
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	// A new owner, a new token: the pool's was never shown to anyone, but
+	// a token is the caller's alone.
+	token, err := newAccessToken()
+	if err != nil {
+		return api.Sandbox{}, err
+	}
 	now := m.cfg.Now().UTC()
 	rec := store.Sandbox{ID: id, Tenant: tenant, State: api.StateRunning, Image: req.Image, Runtime: req.Runtime,
-		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now}
+		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now, AccessToken: token}
 	m.mu.Lock()
 	ls.spec = req
 	m.mu.Unlock()
+	ls.token.Store(&token)
 	ls.lastActive.Store(now.UnixNano())
 	if err := m.store.ReplaceSandbox(ctx, statePooled, rec); err != nil {
 		return api.Sandbox{}, err

@@ -74,6 +74,11 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 	if err := m.normalizeTimeouts(&req.Timeouts); err != nil {
 		return req, err
 	}
+	ports, err := normalizePorts("public_ports", req.PublicPorts)
+	if err != nil {
+		return req, err
+	}
+	req.PublicPorts = ports
 	l := &req.Limits
 	d := m.cfg.DefaultLimits
 	if l.CPUs == 0 {

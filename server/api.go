@@ -22,6 +22,7 @@ type Manager interface {
 	Processes
 	Files
 	Network
+	Ports
 }
 
 // Sandboxes is the lifecycle half of the manager.
@@ -68,13 +69,27 @@ type Files interface {
 
 // apiGroup is berth's own API: /v1, with /healthz and /metrics.
 type apiGroup struct {
-	m       Manager
-	metrics http.Handler
+	m           Manager
+	metrics     http.Handler
+	portsDomain string
 }
 
 // API is the group of berth's own API over m; metrics serves /metrics (the
 // Prometheus text format).
-func API(m Manager, metrics http.Handler) Group { return &apiGroup{m: m, metrics: metrics} }
+func API(m Manager, metrics http.Handler, opts ...APIOption) Group {
+	a := &apiGroup{m: m, metrics: metrics}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+// APIOption tunes the API group.
+type APIOption func(*apiGroup)
+
+// WithPortsDomain tells clients (GET /v1/version) the domain of ports in
+// host form.
+func WithPortsDomain(domain string) APIOption { return func(a *apiGroup) { a.portsDomain = domain } }
 
 // Name implements Group.
 func (a *apiGroup) Name() string { return "api" }
@@ -106,6 +121,7 @@ func (a *apiGroup) Routes(r *Router) {
 	r.Handle("POST /v1/sandboxes/{id}/processes/{pid}/signal", a.signalProcess)
 	a.routeFiles(r)
 	a.routeNetwork(r)
+	a.routePorts(r)
 }
 
 // metricsRoute serves the Prometheus text exposition format.
@@ -124,7 +140,7 @@ func (a *apiGroup) health(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *apiGroup) version(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, http.StatusOK, api.VersionResponse{Version: Version, API: api.Version, Runtimes: a.m.Runtimes()})
+	return writeJSON(w, http.StatusOK, api.VersionResponse{Version: Version, API: api.Version, Runtimes: a.m.Runtimes(), PortsDomain: a.portsDomain})
 }
 
 func (a *apiGroup) runtimes(w http.ResponseWriter, r *http.Request) error {

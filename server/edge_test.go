@@ -239,9 +239,10 @@ type portsLike struct{}
 
 func (portsLike) Name() string { return "ports" }
 func (portsLike) Routes(r *server.Router) {
-	r.Host(func(host string) bool { return strings.HasSuffix(host, ".berth.localhost") }, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "port of "+r.Host+" "+r.URL.Path)
-	}))
+	r.Host(func(host string) bool { return strings.HasSuffix(host, ".berth.localhost") }, func(w http.ResponseWriter, r *http.Request) error {
+		_, err := io.WriteString(w, "port of "+r.Host+" "+r.URL.Path)
+		return err
+	})
 }
 
 // TestHostRoutesComeFirst: a sibling group that claims hosts gets their

@@ -21,8 +21,11 @@ import (
 //
 // A Host is served when it is an IP address (a rebinding needs a name),
 // localhost or a name under .localhost, or one of hosts. Requests over the
-// unix socket (root's, by its mode) are not checked.
-func guardBrowsers(hosts []string, next http.Handler) http.Handler {
+// unix socket (root's, by its mode) are not checked, nor are those a host
+// route claims (claimed: a sandbox's port at {port}-{id}.{domain}, which
+// checks its own access); those for browsers (a port on a path route)
+// have their Host checked and not their origin.
+func guardBrowsers(hosts []string, claimed func(host string) bool, browsers func(*http.Request) bool, next http.Handler) http.Handler {
 	allowed := map[string]bool{}
 	for _, h := range hosts {
 		allowed[normalHost(h)] = true
@@ -32,7 +35,11 @@ func guardBrowsers(hosts []string, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if err := checkBrowser(r, allowed); err != nil {
+		if claimed(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if err := checkBrowser(r, allowed, browsers(r)); err != nil {
 			info(r).err = err
 			writeError(w, err)
 			return
@@ -41,11 +48,14 @@ func guardBrowsers(hosts []string, next http.Handler) http.Handler {
 	})
 }
 
-func checkBrowser(r *http.Request, allowed map[string]bool) error {
+func checkBrowser(r *http.Request, allowed map[string]bool, anyOrigin bool) error {
 	host := normalHost(r.Host)
 	if !servedHost(host, allowed) {
 		return errdefs.New(errdefs.PermissionDenied,
 			"Host %q is not a name this daemon serves: use an IP address or localhost, or start the daemon with --allowed-host", r.Host)
+	}
+	if anyOrigin {
+		return nil
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)

@@ -77,6 +77,19 @@ func writeError(w http.ResponseWriter, err error) {
 		Class: string(class), Message: errdefs.Message(err), Reason: string(errdefs.ReasonOf(err))}})
 }
 
+// Error answers r with err as berth's error body, for a group that serves
+// plain http.Handlers (a proxy's failure): with status, or its class's
+// status when status is 0. The access log notes err.
+func Error(w http.ResponseWriter, r *http.Request, status int, err error) {
+	info(r).err = err
+	class := errdefs.ClassOf(err)
+	if status == 0 {
+		status = errdefs.HTTPStatus(class)
+	}
+	writeJSON(w, status, api.ErrorResponse{Error: api.Error{
+		Class: string(class), Message: errdefs.Message(err), Reason: string(errdefs.ReasonOf(err))}})
+}
+
 // decode reads a JSON body of at most limit bytes strictly: unknown fields
 // are an error naming them, and so is a Content-Type other than JSON (a
 // browser's form or text/plain post, which needs no preflight).

@@ -45,7 +45,7 @@ type Group interface {
 // Route is one registered operation.
 type Route struct {
 	Group   string
-	Method  string
+	Method  string // "" for any method
 	Pattern string // Go 1.22 pattern path, e.g. /v1/sandboxes/{id}
 }
 
@@ -55,11 +55,14 @@ type Handler func(w http.ResponseWriter, r *http.Request) error
 
 // Server is the edge.
 type Server struct {
-	log     *slog.Logger
-	mux     *http.ServeMux
-	hosts   []hostRoute
-	routes  []Route
-	handler http.Handler
+	log   *slog.Logger
+	mux   *http.ServeMux
+	hosts []hostRoute
+	// browsers are requests a group serves to web pages of other origins
+	// (a sandbox's port): the group checks their access itself.
+	browsers []func(*http.Request) bool
+	routes   []Route
+	handler  http.Handler
 }
 
 // hostRoute claims requests by their Host header, before path routing.
@@ -79,7 +82,7 @@ func New(cfg Config, groups ...Group) *Server {
 	}
 	s.mux.Handle("/", s.adapt(s.noRoute))
 	s.handler = requestIDs(accessLog(s.log, recoverPanics(s.log,
-		guardBrowsers(cfg.Hosts, authenticate(cfg.Authenticate, http.HandlerFunc(s.dispatch))))))
+		guardBrowsers(cfg.Hosts, s.claimedHost, s.forBrowsers, authenticate(cfg.Authenticate, http.HandlerFunc(s.dispatch))))))
 	return s
 }
 
@@ -106,6 +109,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 
 // Routes lists the operations the groups registered.
 func (s *Server) Routes() []Route { return append([]Route(nil), s.routes...) }
+
+// claimedHost says whether a host route claims host.
+func (s *Server) claimedHost(host string) bool {
+	for _, hr := range s.hosts {
+		if hr.match(host) {
+			return true
+		}
+	}
+	return false
+}
+
+// forBrowsers says whether a group serves r to web pages of other origins.
+func (s *Server) forBrowsers(r *http.Request) bool {
+	for _, f := range s.browsers {
+		if f(r) {
+			return true
+		}
+	}
+	return false
+}
 
 // dispatch hands a request to the first host route that claims it, else to
 // the path routes.
@@ -151,14 +174,26 @@ func (r *Router) Handle(pattern string, h Handler) {
 // HandleHTTP serves pattern with a plain http.Handler (a proxy, a
 // WebSocket), still inside the edge's middleware.
 func (r *Router) HandleHTTP(pattern string, h http.Handler) {
-	method, path, _ := strings.Cut(pattern, " ")
+	method, path, ok := strings.Cut(pattern, " ")
+	if !ok { // any method
+		method, path = "", pattern
+	}
 	r.s.routes = append(r.s.routes, Route{Group: r.group, Method: method, Pattern: path})
 	r.s.mux.Handle(pattern, h)
 }
 
+// Browsers declares requests that match serves to web pages of any
+// origin (a sandbox's port, on a path route): the edge still checks their
+// Host, not their Origin, and the group checks their access itself.
+func (r *Router) Browsers(match func(*http.Request) bool) {
+	r.s.browsers = append(r.s.browsers, match)
+}
+
 // Host claims every request whose Host header match accepts, whatever its
 // path: the form {port}-{id}.{domain} of the port proxy. Host routes are
-// tried in the order they were registered, before any path route.
-func (r *Router) Host(match func(host string) bool, h http.Handler) {
-	r.s.hosts = append(r.s.hosts, hostRoute{match: match, h: h})
+// tried in the order they were registered, before any path route. Their
+// requests are the group's to check: the edge's guard against browsers
+// does not apply (match is what decides that the Host is served).
+func (r *Router) Host(match func(host string) bool, h Handler) {
+	r.s.hosts = append(r.s.hosts, hostRoute{match: match, h: r.s.adapt(h)})
 }

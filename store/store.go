@@ -69,6 +69,7 @@ func migrations() []string {
 			record BLOB NOT NULL,
 			PRIMARY KEY (sandbox_id, seq)
 		) WITHOUT ROWID;`,
+		`ALTER TABLE sandboxes ADD COLUMN access_token TEXT NOT NULL DEFAULT '';`,
 	}
 }
 
@@ -106,6 +107,9 @@ type Sandbox struct {
 	// runtime.IDMap.Range): no two sandboxes hold the same range above 0,
 	// the range sandboxes made before ranges were per sandbox share.
 	IDRange uint32
+	// AccessToken opens the sandbox's private ports (empty for sandboxes
+	// made before ports: the manager gives them one when first asked).
+	AccessToken string
 }
 
 // Open opens the store at path, creating the file (mode 0600) if needed, in
@@ -311,10 +315,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox) error {
 	}
 	return inTx(ctx, s.w, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
-			(id, tenant, state, image, runtime, spec, runtime_state, error, created_at, updated_at, stopped_at, id_range)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			(id, tenant, state, image, runtime, spec, runtime_state, error, created_at, updated_at, stopped_at, id_range, access_token)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.Tenant, sb.State, sb.Image, sb.Runtime, []byte(append(json.RawMessage{}, sb.Spec...)),
-			blob(sb.RuntimeState), sb.Error, created, updated, stopped, sb.IDRange)
+			blob(sb.RuntimeState), sb.Error, created, updated, stopped, sb.IDRange, sb.AccessToken)
 		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 			return errdefs.New(errdefs.AlreadyExists, "sandbox %q already exists", sb.ID)
 		}
@@ -346,7 +350,7 @@ func insertLabels(ctx context.Context, tx *sql.Tx, id string, m map[string]strin
 }
 
 const sandboxColumns = `s.id, s.tenant, s.state, s.image, s.runtime, s.spec, s.runtime_state, s.error,
-	s.created_at, s.updated_at, s.stopped_at, s.id_range`
+	s.created_at, s.updated_at, s.stopped_at, s.id_range, s.access_token`
 
 func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var (
@@ -355,7 +359,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 		created, updated, stopped int64
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Image, &sb.Runtime, &spec, &rs, &sb.Error,
-		&created, &updated, &stopped, &sb.IDRange)
+		&created, &updated, &stopped, &sb.IDRange, &sb.AccessToken)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -574,6 +578,11 @@ func (s *Store) SetSpec(ctx context.Context, id string, spec json.RawMessage) er
 		[]byte(append(json.RawMessage{}, spec...)), time.Now().UnixNano())
 }
 
+// SetAccessToken replaces sandbox id's port access token: not_found if absent.
+func (s *Store) SetAccessToken(ctx context.Context, id, token string) error {
+	return s.update(ctx, id, `UPDATE sandboxes SET access_token = ?, updated_at = ? WHERE id = ?`, token, time.Now().UnixNano())
+}
+
 // SetLabels replaces all of sandbox id's labels with m, atomically:
 // not_found if absent.
 func (s *Store) SetLabels(ctx context.Context, id string, m map[string]string) error {
@@ -617,9 +626,9 @@ func (s *Store) ReplaceSandbox(ctx context.Context, from string, sb Sandbox) err
 	}
 	return inTx(ctx, s.w, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET tenant = ?, state = ?, image = ?, runtime = ?, spec = ?,
-			error = ?, created_at = ?, updated_at = ?, stopped_at = 0 WHERE id = ? AND state = ?`,
+			error = ?, created_at = ?, updated_at = ?, stopped_at = 0, access_token = ? WHERE id = ? AND state = ?`,
 			sb.Tenant, sb.State, sb.Image, sb.Runtime, []byte(append(json.RawMessage{}, sb.Spec...)), sb.Error,
-			created, updated, sb.ID, from)
+			created, updated, sb.AccessToken, sb.ID, from)
 		if err != nil {
 			return fmt.Errorf("replace sandbox %s: %w", sb.ID, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"time"
 )
 
 // Protocol versions. The guest serves every version from MinProtocol to
@@ -56,6 +57,98 @@ const (
 	PathEcho = "/guest/v1/echo"
 )
 
+// Ports: a server listening inside the sandbox is reached through the
+// guest, which connects from the sandbox's own network namespace, so it
+// works for a sandbox with no network at all. The guest announces
+// FeaturePorts in hello.
+const (
+	FeaturePorts = "ports"
+	// PathDial upgrades (see Upgrade) to a stream connected to a TCP port of
+	// the sandbox: GET PathDial?port=N, N in 1..65535. The guest connects to
+	// 127.0.0.1:N, and to [::1]:N if that is refused, within DialTimeout,
+	// and answers 101 only once connected; from then on the stream's bytes,
+	// half-closes included, pass through both ways. Nothing listening is
+	// "unavailable" with reason "port_closed"; a connection not accepted in
+	// time is "unavailable" too; a bad port is "invalid_argument".
+	PathDial = "/guest/v1/dial"
+	// PathPorts: GET -> PortsResult, the TCP sockets listening in the sandbox.
+	PathPorts = "/guest/v1/ports"
+)
+
+// DialTimeout bounds the guest's connection to a port of the sandbox.
+const DialTimeout = 5 * time.Second
+
+// MaxPorts bounds PortsResult: the guest sends the first MaxPorts in its order.
+const MaxPorts = 4096
+
+// Protocols of a ListeningPort.
+const (
+	ProtoTCP  = "tcp"
+	ProtoTCP6 = "tcp6"
+)
+
+// ListeningPort is one TCP socket listening in the sandbox.
+type ListeningPort struct {
+	Port    int    `json:"port"`
+	Address string `json:"address"` // the bound address: "0.0.0.0", "127.0.0.1", "::", "::1", ...
+	Proto   string `json:"proto"`   // ProtoTCP or ProtoTCP6
+}
+
+// PortsResult answers GET PathPorts: listening sockets sorted by port, then
+// address, then protocol, without duplicates, at most MaxPorts of them.
+type PortsResult struct {
+	Ports []ListeningPort `json:"ports"`
+}
+
+// Terminals and interactive input: a process started with TTY or
+// OpenStdin takes input after it started, and any number of attachments
+// follow it at once. The guest announces FeatureTerminals in hello.
+const (
+	FeatureTerminals = "terminals"
+	// PathProcessStdin: POST {PathProcesses}/{pid}/stdin with the raw bytes
+	// as the body (at most MaxStdinWrite) writes them to the process's
+	// input; ?close=true closes the input after them (EOF; for a terminal,
+	// the terminal's EOF character). 204 when written. A process without
+	// OpenStdin or TTY is "conflict"; one that ended, "conflict" too; a
+	// process that does not read blocks the request until its ctx ends.
+	PathProcessStdinSuffix = "/stdin"
+	// PathProcessAttach: GET {PathProcesses}/{pid}/attach upgrades (see
+	// Upgrade) to a stream of frames (Frame*) both ways. The guest sends
+	// first what came before: a TTY process's last ScrollbackBytes of
+	// output, another process's kept output from its start; then output as
+	// it comes, and FrameExit last, after which it closes the stream. The
+	// daemon sends FrameStdin, FrameResize and FrameCloseStdin; a frame the
+	// guest cannot take ends the attachment. Closing an attachment does not
+	// touch the process.
+	PathProcessAttachSuffix = "/attach"
+)
+
+// Frames of an attachment: a 5-byte head, the type and the payload's
+// length as a big-endian uint32 (at most MaxFrame), then the payload.
+const (
+	FrameStdin      byte = 1 // daemon → guest: input bytes
+	FrameStdout     byte = 2 // guest → daemon: output bytes (a TTY's output)
+	FrameStderr     byte = 3 // guest → daemon: stderr bytes (not for a TTY)
+	FrameResize     byte = 4 // daemon → guest: TTY JSON, the terminal's new size
+	FrameExit       byte = 5 // guest → daemon: Result JSON without output; the last frame
+	FrameCloseStdin byte = 6 // daemon → guest: no payload; as ?close=true
+	FrameHead            = 5
+	MaxFrame             = 1 << 20
+)
+
+// ScrollbackBytes is how much of a terminal's recent output the guest
+// keeps for an attachment made later (a reattach after a dropped connection).
+const ScrollbackBytes = 256 << 10
+
+// MaxStdinWrite bounds one PathProcessStdin body.
+const MaxStdinWrite = 16 << 20
+
+// TTY is a terminal's size.
+type TTY struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
 // HelloResponse answers PathHello.
 type HelloResponse struct {
 	Protocol    int      `json:"protocol"`
@@ -84,6 +177,16 @@ type ProcessSpec struct {
 	Stdin          []byte `json:"stdin,omitempty"`
 	TimeoutMs      int64  `json:"timeout_ms,omitempty"`
 	MaxOutputBytes int64  `json:"max_output_bytes,omitempty"`
+	// TTY runs the process on a pseudo-terminal of this size: its stdin,
+	// stdout and stderr are the terminal, it leads a session of its own
+	// with the terminal as its controlling one, and TERM defaults to
+	// xterm-256color. Its output is stdout only. Needs FeatureTerminals.
+	TTY *TTY `json:"tty,omitempty"`
+	// OpenStdin keeps standard input open (a pipe, or the terminal) for
+	// PathProcessStdin and attachments to feed; Stdin, if any, is written
+	// first. Without it and without TTY, stdin is Stdin then EOF, or
+	// /dev/null. Needs FeatureTerminals.
+	OpenStdin bool `json:"open_stdin,omitempty"`
 	// Batch asks an exec stream for its events as the response fills rather
 	// than each at once: the caller wants only the end (a plain exec), and
 	// one write at the exit beats one per event. Guests that predate it
@@ -132,6 +235,10 @@ type ProcessInfo struct {
 	Running       bool     `json:"running"`
 	StartedUnixMs int64    `json:"started_unix_ms"`
 	Result        *Result  `json:"result,omitempty"` // set once exited; includes buffered output
+	// TTY is the terminal's size for a process on one; OpenStdin says its
+	// input is open (true for a TTY process until its input is closed).
+	TTY       *TTY `json:"tty,omitempty"`
+	OpenStdin bool `json:"open_stdin,omitempty"`
 }
 
 // SignalRequest asks the guest to signal a process group.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/cli"
 	"github.com/berthsh/berth/daemon"
 	"github.com/berthsh/berth/guest"
@@ -89,6 +90,7 @@ func serveCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7680", "TCP address of the API (empty: unix socket only); loopback unless --insecure-remote-api")
 	f.BoolVar(&cfg.RemoteAPI, "insecure-remote-api", false, "allow a --listen address other than loopback (there are no API keys yet: whoever reaches it controls every sandbox)")
+	f.StringVar(&cfg.Domain, "domain", api.DefaultDomain, "domain of sandboxes' ports in host form, {port}-{id}.DOMAIN (names under .localhost reach loopback in browsers and curl)")
 	f.StringArrayVar(&cfg.AllowedHosts, "allowed-host", nil, "a host name clients use to reach the API, besides IP addresses and localhost (repeatable; others are refused, which stops DNS rebinding)")
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/berth", "directory of the store, the API socket and sandbox state")
 	f.StringVar(&cfg.DefaultRuntime, "runtime", "native", "default runtime")

@@ -127,3 +127,33 @@ func StateDir(tb testing.TB) string {
 	tb.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
+
+var (
+	programsMu sync.Mutex
+	programs   = map[string]string{}
+)
+
+// Program returns a static binary of the Go main package pkg (an import
+// path of this module, such as github.com/berthsh/berth/internal/testapp),
+// built once per test process, for tests to copy into sandboxes.
+func Program(tb testing.TB, pkg string) string {
+	tb.Helper()
+	programsMu.Lock()
+	defer programsMu.Unlock()
+	if p, ok := programs[pkg]; ok {
+		return p
+	}
+	dir, err := os.MkdirTemp("", "berth-program-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	path := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", path, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	programs[pkg] = path
+	return path
+}

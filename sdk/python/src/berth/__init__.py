@@ -9,7 +9,7 @@ The deepagents backend is :class:`berth.deepagents.BerthSandbox`
 (install ``berth[deepagents]``).
 """
 
-from ._client import DEFAULT_URL, AsyncBerth, AsyncSandbox, Berth, Sandbox
+from ._client import ACCESS_TOKEN_HEADER, DEFAULT_URL, AsyncBerth, AsyncSandbox, Berth, Sandbox
 from .errors import (
     AlreadyExists,
     BerthError,
@@ -27,11 +27,12 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .types import ExecEvent, ExecResult, SandboxInfo
+from .types import ExecEvent, ExecResult, Port, SandboxInfo
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ACCESS_TOKEN_HEADER",
     "DEFAULT_URL",
     "AlreadyExists",
     "AsyncBerth",
@@ -49,6 +50,7 @@ __all__ = [
     "NotFound",
     "NotImplementedByRuntime",
     "PermissionDenied",
+    "Port",
     "ResourceExhausted",
     "Sandbox",
     "SandboxInfo",

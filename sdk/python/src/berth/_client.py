@@ -7,17 +7,19 @@ handles) only send it with a sync or an async ``httpx`` client.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable
-from urllib.parse import quote
+from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
 
-from .errors import BerthError, DaemonUnreachable, error_for
+from .errors import BerthError, DaemonUnreachable, DeadlineExceeded, InvalidArgument, error_for
 from .types import (
     ExecEvent,
     ExecResult,
@@ -25,11 +27,19 @@ from .types import (
     GlobResult,
     GrepResult,
     ListResult,
+    Port,
     ReadResult,
     SandboxInfo,
 )
 
 DEFAULT_URL = "http://127.0.0.1:7680"
+# A request to a sandbox's private port carries its access token as this
+# header, as the berth_access_token query parameter (which sets a cookie of
+# that name) or as that cookie.
+ACCESS_TOKEN_HEADER = "X-Berth-Access-Token"
+_ACCESS_TOKEN_QUERY = "berth_access_token"
+# The domain of ports in host form when the daemon names none.
+_DEFAULT_PORTS_DOMAIN = "berth.localhost"
 Body = bytes | IO[bytes] | Iterator[bytes]
 
 
@@ -121,6 +131,7 @@ def _create_body(
     runtime: str | None = None,
     network: str | Mapping[str, Any] | None = None,
     allow: Sequence[str] | None = None,
+    public_ports: Iterable[int] | None = None,
 ) -> dict[str, Any]:
     timeouts = _drop_none(
         {
@@ -139,7 +150,35 @@ def _create_body(
             "limits": _limits(memory, cpus, pids, disk),
             "timeouts": timeouts or None,
             "network": _network(network, allow),
+            "public_ports": list(public_ports) if public_ports else None,
         }
+    )
+
+
+def _check_port(port: int) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidArgument(f"port: {port!r} is not a TCP port (1–65535)")
+    return port
+
+
+def _with_path(prefix: str, path: str, token: str) -> str:
+    """prefix/path, the token added to path's query (a fragment stays last)."""
+    path, sharp, fragment = path.partition("#")
+    path, _, query = path.partition("?")
+    if token:
+        query = "&".join(q for q in (query, urlencode({_ACCESS_TOKEN_QUERY: token})) if q)
+    return prefix + "/" + path.lstrip("/") + ("?" + query if query else "") + sharp + fragment
+
+
+def _listed(port: int, ports: list[Port]) -> Port | None:
+    return next((p for p in ports if p.port == port), None)
+
+
+def _port_timeout(id: str, port: int, timeout: float, ports: list[Port]) -> DeadlineExceeded:
+    others = ", ".join(str(p.port) for p in ports)
+    return DeadlineExceeded(
+        f"port {port} of sandbox {id}: nothing listens on it after {timeout:g}s"
+        + (f" (listening: {others})" if others else "")
     )
 
 
@@ -245,6 +284,22 @@ class _Ops:
         return _Call("GET", _sb(id, "egress"), params=params, parse=lambda r: r.json()["records"])
 
     @staticmethod
+    def version() -> _Call:
+        return _Call("GET", "/v1/version")
+
+    @staticmethod
+    def ports(id: str) -> _Call:
+        return _Call("GET", _sb(id, "ports"), parse=lambda r: [Port.from_json(p) for p in r.json()["ports"]])
+
+    @staticmethod
+    def rotate_access_token(id: str) -> _Call:
+        return _Call("POST", _sb(id, "access-token"), parse=lambda r: r.json()["access_token"])
+
+    @staticmethod
+    def set_public_ports(id: str, ports: Iterable[int]) -> _Call:
+        return _Call("PATCH", _sb(id), json={"public_ports": list(ports)}, parse=lambda r: SandboxInfo.from_json(r.json()))
+
+    @staticmethod
     def create_secret(name: str, value: str) -> _Call:
         return _Call("POST", "/v1/secrets", json={"name": name, "value": value})
 
@@ -304,7 +359,46 @@ class _FileMixin:
         return _Ops.fs(self.id, op, _drop_none(body))
 
 
-class Sandbox(_FileMixin):
+class _PortsMixin:
+    """Port addresses shared by both sandbox handles."""
+
+    id: str
+    info: SandboxInfo
+    _c: Berth | AsyncBerth
+
+    @property
+    def access_token(self) -> str:
+        """The token that opens the sandbox's private ports (as of the last
+        create, get, refresh or :meth:`rotate_access_token`)."""
+        return self.info.access_token
+
+    @property
+    def public_ports(self) -> list[int]:
+        """The ports served without the access token."""
+        return list(self.info.public_ports)
+
+    def _check_url(self, port: int) -> None:
+        _check_port(port)
+        if self._c._unix:
+            raise InvalidArgument(
+                f"the daemon at {self._c.url} listens on a unix socket: a port has no URL there (berth port-forward)"
+            )
+
+    def _port_url(self, port: int, path: str, with_token: bool, domain: str | None) -> str:
+        token = self.info.access_token if with_token and port not in self.info.public_ports else ""
+        if domain is None:
+            return _with_path(self._c._origin + _sb(self.id, "ports", str(port)), path, token)
+        u = urlsplit(self._c._origin)
+        host = f"{port}-{self.id}.{domain}" + (f":{u.port}" if u.port else "")
+        return _with_path(f"{u.scheme}://{host}", path, token)
+
+    def _rotated(self, token: str) -> str:
+        self.info.access_token = token
+        self.info.raw["access_token"] = token
+        return token
+
+
+class Sandbox(_FileMixin, _PortsMixin):
     """A handle on one sandbox, from :class:`Berth`.
 
     Used as a context manager, it deletes the sandbox on exit if
@@ -394,6 +488,47 @@ class Sandbox(_FileMixin):
             for line in r.iter_lines():
                 if line.strip():
                     yield json.loads(line)
+
+    # ports
+    def ports(self) -> list[Port]:
+        """The TCP ports processes listen on inside the sandbox, sorted by port."""
+        return self._c._send(_Ops.ports(self.id))
+
+    def wait_for_port(self, port: int, timeout: float = 30.0) -> Port:
+        """Wait until a process inside listens on ``port`` and return it; raises
+        :class:`DeadlineExceeded` after ``timeout`` seconds, :class:`Conflict` if
+        the sandbox is not running."""
+        _check_port(port)
+        deadline, delay = time.monotonic() + timeout, 0.02
+        while True:
+            ports = self.ports()
+            found = _listed(port, ports)
+            if found is not None:
+                return found
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _port_timeout(self.id, port, timeout, ports)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.25)
+
+    def url(self, port: int, path: str = "/", *, host_form: bool = False, with_token: bool = True) -> str:
+        """The address of ``port`` inside the sandbox through the daemon:
+        ``{daemon}/v1/sandboxes/{id}/ports/{port}/{path}``, or with ``host_form``
+        ``http://{port}-{id}.{ports_domain}:{daemon port}/{path}`` (for apps that use
+        absolute paths). Unless the port is public or ``with_token`` is false, it
+        carries the access token as ``?berth_access_token=`` (the daemon then sets a
+        cookie, so a browser can follow the app's links)."""
+        self._check_url(port)
+        return self._port_url(port, path, with_token, self._c._ports_domain() if host_form else None)
+
+    def rotate_access_token(self) -> str:
+        """Give the sandbox a new access token and return it; the old one opens nothing from now on."""
+        return self._rotated(self._c._send(_Ops.rotate_access_token(self.id)))
+
+    def set_public_ports(self, ports: Iterable[int]) -> SandboxInfo:
+        """Replace the ports served without the access token (``[]`` for none)."""
+        self.info = self._c._send(_Ops.set_public_ports(self.id, ports))
+        return self.info
 
     # files
     def upload(self, path: str, data: Body | str, *, mode: int | None = None, user: str | None = None, create_only: bool = False) -> FileInfo:
@@ -496,6 +631,7 @@ class Berth:
     def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 300.0) -> None:
         base, transport, _ = _base_url(url)
         self.url = url or os.environ.get("BERTH_URL") or DEFAULT_URL
+        self._origin, self._unix, self._domain = base, transport is not None, ""
         self._http = httpx.Client(base_url=base, transport=transport, headers=_headers(api_key), timeout=timeout)
 
     def __enter__(self) -> Berth:
@@ -536,14 +672,17 @@ class Berth:
         runtime: str | None = None,
         network: str | Mapping[str, Any] | None = None,
         allow: Sequence[str] | None = None,
+        public_ports: Iterable[int] | None = None,
         ephemeral: bool = True,
     ) -> Sandbox:
         """Create a sandbox. As a context manager it is deleted on exit unless ``ephemeral=False``.
         ``runtime`` picks the isolation tier (see :meth:`runtimes`; default: the daemon's).
         ``network`` is a mode ("none", "allowlist", "open") or a policy dict (``mode``,
-        ``allow``, ``deny``, ``secrets``); ``allow`` alone makes an allowlist."""
+        ``allow``, ``deny``, ``secrets``); ``allow`` alone makes an allowlist.
+        ``public_ports`` are ports inside served without the access token (see :meth:`Sandbox.url`)."""
         body = _create_body(
-            labels, env, user, workdir, image, memory, cpus, pids, disk, idle_timeout, delete_after, runtime, network, allow
+            labels, env, user, workdir, image, memory, cpus, pids, disk, idle_timeout, delete_after, runtime, network, allow,
+            public_ports,
         )
         return Sandbox(self, self._send(_Ops.create(body)), ephemeral=ephemeral)
 
@@ -566,6 +705,15 @@ class Berth:
         (limits, ceilings, stop/start, network modes, …), the others with why they cannot run here."""
         return self._send(_Ops.runtimes())
 
+    def version(self) -> dict[str, Any]:
+        """The daemon's version, API version, runtimes and ``ports_domain``."""
+        return self._send(_Ops.version())
+
+    def _ports_domain(self) -> str:
+        if not self._domain:
+            self._domain = self.version().get("ports_domain") or _DEFAULT_PORTS_DOMAIN
+        return self._domain
+
     # secrets: the daemon adds them to sandboxes' requests; no call returns a value
     def create_secret(self, name: str, value: str) -> dict[str, Any]:
         return self._send(_Ops.create_secret(name, value))
@@ -582,6 +730,7 @@ class Berth:
 
 _CREATE_KW = (
     "env", "user", "workdir", "image", "memory", "cpus", "pids", "disk", "idle_timeout", "delete_after", "runtime", "network", "allow",
+    "public_ports",
 )
 
 
@@ -609,7 +758,7 @@ class _StreamContext:
             self._cm.__exit__(*exc)
 
 
-class AsyncSandbox(_FileMixin):
+class AsyncSandbox(_FileMixin, _PortsMixin):
     """A handle on one sandbox, from :class:`AsyncBerth` (``async with`` deletes an ephemeral one)."""
 
     def __init__(self, client: AsyncBerth, info: SandboxInfo, *, ephemeral: bool = False) -> None:
@@ -677,6 +826,36 @@ class AsyncSandbox(_FileMixin):
     async def egress(self, *, after: int = 0, limit: int | None = None, denied: bool = False) -> list[dict[str, Any]]:
         return await self._c._send(_Ops.egress(self.id, after, limit, denied))
 
+    async def ports(self) -> list[Port]:
+        return await self._c._send(_Ops.ports(self.id))
+
+    async def wait_for_port(self, port: int, timeout: float = 30.0) -> Port:
+        """As :meth:`Sandbox.wait_for_port`."""
+        _check_port(port)
+        deadline, delay = time.monotonic() + timeout, 0.02
+        while True:
+            ports = await self.ports()
+            found = _listed(port, ports)
+            if found is not None:
+                return found
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _port_timeout(self.id, port, timeout, ports)
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 0.25)
+
+    async def url(self, port: int, path: str = "/", *, host_form: bool = False, with_token: bool = True) -> str:
+        """As :meth:`Sandbox.url` (awaited: the host form asks the daemon for its domain once)."""
+        self._check_url(port)
+        return self._port_url(port, path, with_token, await self._c._ports_domain() if host_form else None)
+
+    async def rotate_access_token(self) -> str:
+        return self._rotated(await self._c._send(_Ops.rotate_access_token(self.id)))
+
+    async def set_public_ports(self, ports: Iterable[int]) -> SandboxInfo:
+        self.info = await self._c._send(_Ops.set_public_ports(self.id, ports))
+        return self.info
+
 
 class AsyncBerth:
     """The async client (same configuration as :class:`Berth`)."""
@@ -684,6 +863,7 @@ class AsyncBerth:
     def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 300.0) -> None:
         base, _, transport = _base_url(url)
         self.url = url or os.environ.get("BERTH_URL") or DEFAULT_URL
+        self._origin, self._unix, self._domain = base, transport is not None, ""
         self._http = httpx.AsyncClient(base_url=base, transport=transport, headers=_headers(api_key), timeout=timeout)
 
     async def __aenter__(self) -> AsyncBerth:
@@ -724,6 +904,14 @@ class AsyncBerth:
     async def runtimes(self) -> list[dict[str, Any]]:
         return await self._send(_Ops.runtimes())
 
+    async def version(self) -> dict[str, Any]:
+        return await self._send(_Ops.version())
+
+    async def _ports_domain(self) -> str:
+        if not self._domain:
+            self._domain = (await self.version()).get("ports_domain") or _DEFAULT_PORTS_DOMAIN
+        return self._domain
+
     async def create_secret(self, name: str, value: str) -> dict[str, Any]:
         return await self._send(_Ops.create_secret(name, value))
 
@@ -737,4 +925,4 @@ class AsyncBerth:
         await self._send(_Ops.delete_secret(name))
 
 
-__all__ = ["DEFAULT_URL", "AsyncBerth", "AsyncSandbox", "Berth", "BerthError", "Sandbox"]
+__all__ = ["ACCESS_TOKEN_HEADER", "DEFAULT_URL", "AsyncBerth", "AsyncSandbox", "Berth", "BerthError", "Sandbox"]

@@ -1,8 +1,11 @@
 """Typed exceptions that mirror berth's API error classes.
 
 Every API error has a class (``not_found``, ``invalid_argument``, ...) and,
-for file operations, sometimes a reason (``is_directory``, ``invalid_path``,
-...). The SDK raises the subclass of :class:`BerthError` for the class.
+for file operations and ports, sometimes a reason (``is_directory``,
+``invalid_path``, ..., and ``port_closed``: :class:`Unavailable` from a port
+that nothing listens on). The SDK raises the subclass of :class:`BerthError`
+for the class; :func:`error_for` turns an error answer of a port's URL into
+the same exception.
 """
 
 from __future__ import annotations

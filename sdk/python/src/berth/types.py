@@ -91,10 +91,40 @@ class SandboxInfo:
     state: str
     labels: dict[str, str] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+    # Ports inside served without the access token, sorted.
+    public_ports: list[int] = field(default_factory=list)
+    # Opens the sandbox's private ports (see Sandbox.url).
+    access_token: str = ""
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SandboxInfo:
-        return cls(id=d["id"], state=d.get("state", ""), labels=dict(d.get("labels") or {}), raw=d)
+        return cls(
+            id=d["id"],
+            state=d.get("state", ""),
+            labels=dict(d.get("labels") or {}),
+            raw=d,
+            public_ports=[int(p) for p in d.get("public_ports") or []],
+            access_token=str(d.get("access_token") or ""),
+        )
+
+
+@dataclass
+class Port:
+    """A TCP socket listening inside a sandbox."""
+
+    port: int
+    address: str = ""
+    proto: str = "tcp"
+    public: bool = False
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Port:
+        return cls(
+            port=int(d["port"]),
+            address=str(d.get("address", "")),
+            proto=str(d.get("proto", "tcp")),
+            public=bool(d.get("public")),
+        )
 
 
 class FileInfo(TypedDict):
@@ -170,6 +200,7 @@ __all__ = [
     "GrepResult",
     "Line",
     "ListResult",
+    "Port",
     "ReadResult",
     "SandboxInfo",
 ]
