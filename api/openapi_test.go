@@ -58,6 +58,9 @@ var schemaTypes = map[string]reflect.Type{
 	"Port":                reflect.TypeFor[Port](),
 	"ListPortsResponse":   reflect.TypeFor[ListPortsResponse](),
 	"AccessTokenResponse": reflect.TypeFor[AccessTokenResponse](),
+	// The terminals' types (terminals.go).
+	"TTY":             reflect.TypeFor[TTY](),
+	"TerminalMessage": reflect.TypeFor[TerminalMessage](),
 	// The file API's types (files.go).
 	"FileInfo":        reflect.TypeFor[FileInfo](),
 	"StatRequest":     reflect.TypeFor[StatRequest](),
@@ -133,9 +136,12 @@ var wantRoutes = []Route{
 	{"POST", "/v1/sandboxes/{id}/processes"},
 	{"DELETE", "/v1/sandboxes/{id}/processes/{pid}"},
 	{"GET", "/v1/sandboxes/{id}/processes/{pid}"},
+	{"GET", "/v1/sandboxes/{id}/processes/{pid}/attach"},
 	{"GET", "/v1/sandboxes/{id}/processes/{pid}/output"},
 	{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal"},
+	{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin"},
 	{"POST", "/v1/sandboxes/{id}/processes/{pid}/wait"},
+	{"GET", "/v1/sandboxes/{id}/pty"},
 	{"POST", "/v1/sandboxes/{id}/start"},
 	{"GET", "/v1/sandboxes/{id}/stats"},
 	{"POST", "/v1/sandboxes/{id}/stop"},
@@ -161,7 +167,7 @@ var enumConsts = []struct{ schema, property, member string }{
 }
 
 // typeFiles are the files that declare the API's wire types.
-var typeFiles = []string{"types.go", "files.go", "network.go", "ports.go"}
+var typeFiles = []string{"types.go", "files.go", "network.go", "ports.go", "terminals.go"}
 
 // declaredStructs returns the exported struct types of typeFiles.
 func declaredStructs(t *testing.T) map[string]*ast.TypeSpec {

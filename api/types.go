@@ -156,6 +156,12 @@ type ExecRequest struct {
 	// MaxOutputBytes bounds each of stdout and stderr as kept and sent; output
 	// past it is dropped and the result says truncated (0: the default, 4 MiB).
 	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+	// TTY runs a background process on a pseudo-terminal of this size
+	// (stdin, stdout and stderr are the terminal; output is stdout only).
+	TTY *TTY `json:"tty,omitempty"`
+	// OpenStdin keeps a background process's input open, to be fed later
+	// (Stdin, if set, first); a TTY process's always is.
+	OpenStdin bool `json:"open_stdin,omitempty"`
 }
 
 // ExecResult says how a process ended. Output is raw bytes (base64 in JSON).
@@ -203,6 +209,10 @@ type Process struct {
 	StartedAt time.Time `json:"started_at"`
 	// Result is set once the process has exited.
 	Result *ExecResult `json:"result,omitempty"`
+	// TTY is the terminal's size, for a process on one.
+	TTY *TTY `json:"tty,omitempty"`
+	// OpenStdin says the process's input is open for more.
+	OpenStdin bool `json:"open_stdin,omitempty"`
 }
 
 // ListProcessesResponse is the body of GET /v1/sandboxes/{id}/processes.

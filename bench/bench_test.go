@@ -152,7 +152,7 @@ func TestReplaceBetween(t *testing.T) {
 
 func TestConfigCheck(t *testing.T) {
 	good := config{berth: os.Args[0], rounds: 1, execRounds: 1, density: 1, window: time.Second, smallFiles: 1,
-		netRounds: 1, netRequests: 1, netDensity: 1}
+		netRounds: 1, netRequests: 1, netDensity: 1, portsRounds: 1, portsRequests: 1, portsIdle: 1}
 	if err := good.check(); err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +163,8 @@ func TestConfigCheck(t *testing.T) {
 		"files":    func(c *config) { c.smallFiles = 0 },
 		"berth":    func(c *config) { c.berth = "/nonexistent/berth" },
 		"net":      func(c *config) { c.netDensity = 0 },
+		"ports":    func(c *config) { c.portsIdle = 0 },
+		"only":     func(c *config) { c.only = []string{"nope"} },
 		"net load": func(c *config) { c.netRounds, c.netRequests = 1000, 1000 },
 	} {
 		c := good
@@ -194,7 +196,7 @@ func TestMeasureSmoke(t *testing.T) {
 	work := testutil.StateDir(t)
 	cfg := config{berth: testutil.Berth(t), work: work, rounds: 2, execRounds: 3, density: 3, bursts: []int{3},
 		clients: []int{1, 4}, window: 200 * time.Millisecond, smallFiles: 20, peers: true,
-		net: true, netRounds: 2, netRequests: 3, netDensity: 2}
+		net: true, netRounds: 2, netRequests: 3, netDensity: 2, portsRounds: 2, portsRequests: 3, portsIdle: 5}
 	netnsBefore, _ := os.ReadDir("/run/netns")
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -217,7 +219,7 @@ func TestMeasureSmoke(t *testing.T) {
 			t.Errorf("%s / %s: implausible summary %+v", m.Name, m.Subject, m.Summary)
 		}
 	}
-	for _, g := range []string{"start", "exec", "files", "density", "network"} {
+	for _, g := range []string{"start", "exec", "files", "density", "network", "ports"} {
 		if !groups[g] {
 			t.Errorf("no %s rows", g)
 		}
@@ -232,7 +234,7 @@ func TestMeasureSmoke(t *testing.T) {
 		}
 	}
 	// Both daemons removed their state: no sandbox was left to delete.
-	for _, d := range []string{"berth-warm", "berth-cold", "berth-sized-pool", "berth-net", "berth-net-none", "berth-net-allowlist"} {
+	for _, d := range []string{"berth-warm", "berth-cold", "berth-sized-pool", "berth-net", "berth-net-none", "berth-net-allowlist", "berth-ports"} {
 		if _, err := os.Stat(filepath.Join(work, d)); !os.IsNotExist(err) {
 			t.Errorf("%s's state is still there (a sandbox was left?): %v", d, err)
 		}

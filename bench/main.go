@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -48,9 +49,16 @@ func main() {
 	flag.IntVar(&cfg.netRounds, "net-rounds", 10, "rounds of a batch of requests on each network path")
 	flag.IntVar(&cfg.netRequests, "net-requests", 50, "requests in each batch")
 	flag.IntVar(&cfg.netDensity, "net-density", 100, "idle sandboxes per network mode for the network's memory")
+	flag.IntVar(&cfg.portsRounds, "ports-rounds", 20, "rounds of a batch of round trips on each port path")
+	flag.IntVar(&cfg.portsRequests, "ports-requests", 100, "round trips in each batch")
+	flag.IntVar(&cfg.portsIdle, "ports-idle", 1000, "idle WebSockets held open for the daemon's memory")
+	only := flag.String("only", "", "run only these steps, comma-separated: starts, exec, roundtrips, throughput, bursts, files, density, network, ports (a partial run; do not give -readme)")
 	out := flag.String("out", "bench/results", "directory for latest.md and latest.json")
 	readme := flag.String("readme", "", "a file whose section between <!-- bench:start --> and <!-- bench:end --> gets the table")
 	flag.Parse()
+	if *only != "" {
+		cfg.only = strings.Split(*only, ",")
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(cfg, *out, *readme, log); err != nil {
 		log.Error("bench failed", "err", err)
@@ -114,12 +122,19 @@ func (c config) check() error {
 		return errors.New("-rounds, -exec-rounds and -density must be at least 1")
 	case c.netRounds < 1 || c.netRequests < 1 || c.netDensity < 1 || c.netRounds*c.netRequests > 100_000 || c.netDensity > 1000:
 		return errors.New("-net-rounds, -net-requests and -net-density must be at least 1 (at most 100000 requests, 1000 sandboxes)")
+	case c.portsRounds < 1 || c.portsRequests < 1 || c.portsIdle < 1 || c.portsRounds*c.portsRequests > 100_000 || c.portsIdle > 10_000:
+		return errors.New("-ports-rounds, -ports-requests and -ports-idle must be at least 1 (at most 100000 round trips, 10000 WebSockets)")
 	case c.window <= 0 || c.window > time.Minute:
 		return errors.New("-window must be between 0 and 1m")
 	case c.bigBytes < 0 || c.bigBytes > 4<<30:
 		return errors.New("-big must be between 0 and 4 GiB")
 	case c.smallFiles < 1 || c.smallFiles > 100_000:
 		return errors.New("-small-files must be between 1 and 100000")
+	}
+	for _, k := range c.only {
+		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "files", "density", "network", "ports"}, k) {
+			return fmt.Errorf("-only: %q is not a step", k)
+		}
 	}
 	if _, err := os.Stat(c.berth); err != nil {
 		return fmt.Errorf("-berth: %w (make build makes bin/berth)", err)

@@ -23,21 +23,25 @@ import (
 
 // config is what one run measures.
 type config struct {
-	berth       string        // the berth binary
-	work        string        // scratch directory (state, bundles, logs)
-	rounds      int           // interleaved rounds of start samples
-	execRounds  int           // interleaved rounds of exec samples
-	density     int           // idle sandboxes for the density measurement
-	bursts      []int         // sizes of concurrent-create bursts
-	clients     []int         // concurrent clients for exec throughput
-	window      time.Duration // how long each throughput level runs
-	bigBytes    int64         // the large transfer (0: none)
-	smallFiles  int           // files in the many-small-files transfer
-	peers       bool          // measure the peers too
-	net         bool          // measure the network
-	netRounds   int           // rounds of a batch of requests on each network path
-	netRequests int           // requests in a batch
-	netDensity  int           // idle sandboxes per network mode for its memory
+	berth         string        // the berth binary
+	work          string        // scratch directory (state, bundles, logs)
+	rounds        int           // interleaved rounds of start samples
+	execRounds    int           // interleaved rounds of exec samples
+	density       int           // idle sandboxes for the density measurement
+	bursts        []int         // sizes of concurrent-create bursts
+	clients       []int         // concurrent clients for exec throughput
+	window        time.Duration // how long each throughput level runs
+	bigBytes      int64         // the large transfer (0: none)
+	smallFiles    int           // files in the many-small-files transfer
+	peers         bool          // measure the peers too
+	net           bool          // measure the network
+	netRounds     int           // rounds of a batch of requests on each network path
+	netRequests   int           // requests in a batch
+	netDensity    int           // idle sandboxes per network mode for its memory
+	portsRounds   int           // rounds of a batch of round trips on each port path
+	portsRequests int           // round trips in a batch
+	portsIdle     int           // idle WebSockets held for the daemon's memory
+	only          []string      // the steps to run (by key; empty: all)
 }
 
 // suite runs the measurements; everything it starts is stopped by close.
@@ -90,24 +94,28 @@ func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error
 	}
 
 	steps := []struct {
-		what string
-		run  func(context.Context, []subject) error
+		key, what string
+		run       func(context.Context, []subject) error
 	}{
-		{"start isolated, print hi", s.starts},
-		{"exec round trip", s.execs},
-		{"round trips, back to back", func(ctx context.Context, _ []subject) error { return s.roundTrips(ctx) }},
-		{"exec throughput", func(ctx context.Context, _ []subject) error { return s.throughput(ctx) }},
-		{"bursts of concurrent creates", func(ctx context.Context, _ []subject) error { return s.burstsOf(ctx) }},
-		{"file transfers", func(ctx context.Context, _ []subject) error { return s.files(ctx) }},
-		{"density", func(ctx context.Context, _ []subject) error { return s.densityOf(ctx) }},
-		{"network", func(ctx context.Context, _ []subject) error {
+		{"starts", "start isolated, print hi", s.starts},
+		{"exec", "exec round trip", s.execs},
+		{"roundtrips", "round trips, back to back", func(ctx context.Context, _ []subject) error { return s.roundTrips(ctx) }},
+		{"throughput", "exec throughput", func(ctx context.Context, _ []subject) error { return s.throughput(ctx) }},
+		{"bursts", "bursts of concurrent creates", func(ctx context.Context, _ []subject) error { return s.burstsOf(ctx) }},
+		{"files", "file transfers", func(ctx context.Context, _ []subject) error { return s.files(ctx) }},
+		{"density", "density", func(ctx context.Context, _ []subject) error { return s.densityOf(ctx) }},
+		{"network", "network", func(ctx context.Context, _ []subject) error {
 			if !cfg.net {
 				return nil
 			}
 			return s.network(ctx)
 		}},
+		{"ports", "ports", func(ctx context.Context, _ []subject) error { return s.ports(ctx) }},
 	}
 	for _, step := range steps {
+		if len(cfg.only) > 0 && !slices.Contains(cfg.only, step.key) {
+			continue
+		}
 		log.Info(step.what)
 		if err := step.run(ctx, subjects); err != nil {
 			return nil, fmt.Errorf("%s: %w", step.what, err)

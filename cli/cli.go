@@ -49,7 +49,7 @@ func AddCommands(root *cobra.Command) {
 		statsCommand(connect), updateCommand(connect), eventsCommand(connect),
 		cpCommand(connect), fsCommand(connect), runtimesCommand(connect),
 		networkCommand(connect), secretCommand(connect), egressCommand(connect),
-		portsCommand(connect), portForwardCommand(connect),
+		portsCommand(connect), portForwardCommand(connect), shellCommand(connect), attachCommand(connect),
 	)
 }
 
@@ -396,17 +396,32 @@ func createLike(connect connector, use, short string, call func(context.Context,
 
 func execCommand(connect connector) *cobra.Command {
 	var f execFlags
-	var detach bool
+	var detach, tty bool
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD [ARG...]",
 		Short: "Run a command in a sandbox, streaming its output; exits with its code",
 		Long: "Run a command in a sandbox, streaming its output; exits with its code.\n" +
-			"With -d it starts in the background instead and its PID is printed: berth ps, logs, kill act on it.",
+			"With -d it starts in the background instead and its PID is printed: berth ps, logs, kill act on it.\n" +
+			"With -t (-it) it runs on a terminal, interactively, like berth shell.",
 		Args: cobra.ArbitraryArgs, // argvAfterDash checks them, with the usage line
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, argv, err := argvAfterDash(cmd, args, 1)
 			if err != nil {
 				return err
+			}
+			if tty {
+				if detach || f.timeout != 0 {
+					return fmt.Errorf("-t: a terminal is interactive; it goes with neither -d nor --timeout")
+				}
+				env, err := parsePairs("--env", f.env)
+				if err != nil {
+					return err
+				}
+				c, err := connect()
+				if err != nil {
+					return err
+				}
+				return openTerminal(cmd, c, ids[0], client.TerminalOptions{Cmd: argv, User: f.user, Cwd: f.workdir, Env: env})
 			}
 			req, err := f.request(cmd, argv)
 			if err != nil {
@@ -429,6 +444,7 @@ func execCommand(connect connector) *cobra.Command {
 	}
 	f.add(cmd, true)
 	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "start in the background and print the PID")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run on a terminal, interactively (with -i: -it)")
 	return cmd
 }
 

@@ -46,6 +46,8 @@ func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table,
 	route("GET "+guestapi.PathProcesses+"/{pid}/output", s.output)
 	route("POST "+guestapi.PathProcesses+"/{pid}/wait", s.wait)
 	route("POST "+guestapi.PathProcesses+"/{pid}/signal", s.signal)
+	route("POST "+guestapi.PathProcesses+"/{pid}"+guestapi.PathProcessStdinSuffix, s.stdin)
+	route("GET "+guestapi.PathProcesses+"/{pid}"+guestapi.PathProcessAttachSuffix, s.attach)
 	route("GET "+guestapi.PathEcho, s.echo)
 	route("GET "+guestapi.PathDial, s.dial)
 	route("GET "+guestapi.PathPorts, s.ports)
@@ -167,7 +169,7 @@ func (s *server) hello(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, guestapi.HelloResponse{
 		Protocol:    guestapi.Protocol,
 		MinProtocol: guestapi.MinProtocol,
-		Features:    []string{"exec", "processes", "files", guestapi.FeatureStream, guestapi.FeaturePorts},
+		Features:    []string{"exec", "processes", "files", guestapi.FeatureStream, guestapi.FeaturePorts, guestapi.FeatureTerminals},
 		Proof:       guestapi.Proof(s.token, nonce),
 	})
 }

@@ -89,8 +89,9 @@ func New(cfg Config, m Manager) *Proxy {
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
-		WriteBufferSize:     64 << 10,
-		ReadBufferSize:      64 << 10,
+		// The default 4 KiB buffers, which an idle WebSocket holds: an
+		// answer's body bypasses the read buffer (the copy buffer is
+		// larger), a request's goes to trackedConn.ReadFrom.
 		// A server's answer head is bounded; its body is streamed.
 		MaxResponseHeaderBytes: 1 << 20,
 	}
@@ -152,6 +153,15 @@ func (c *trackedConn) Close() error {
 		c.p.mu.Unlock()
 	})
 	return c.Conn.Close()
+}
+
+// ReadFrom copies a request body to the port in writes of a pooled 256 KiB
+// buffer (the transport's bufio.Writer hands a body to it once its own
+// buffer is empty).
+func (c *trackedConn) ReadFrom(r io.Reader) (int64, error) {
+	buf := buffers.Get().(*[]byte)
+	defer buffers.Put(buf)
+	return io.CopyBuffer(struct{ io.Writer }{c.Conn}, r, *buf)
 }
 
 // CloseWrite half-closes the connection.

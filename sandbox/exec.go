@@ -109,6 +109,9 @@ func (m *Manager) execStream(ctx context.Context, tenant, id string, req api.Exe
 	if err := m.validateExec(req); err != nil {
 		return err
 	}
+	if req.TTY != nil || req.OpenStdin {
+		return errdefs.New(errdefs.InvalidArgument, "tty, open_stdin: only for a background process (POST /v1/sandboxes/%s/processes, or /pty)", id)
+	}
 	ls, err := m.guest(ctx, tenant, id)
 	if err != nil {
 		return err

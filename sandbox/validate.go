@@ -236,6 +236,14 @@ func (m *Manager) validateExec(req api.ExecRequest) error {
 	if err := validateEnv("env", req.Env); err != nil {
 		return err
 	}
+	if t := req.TTY; t != nil {
+		if t.Rows < 1 || t.Rows > api.MaxTTY {
+			return errdefs.New(errdefs.InvalidArgument, "tty.rows: %d, want 1 to %d", t.Rows, api.MaxTTY)
+		}
+		if t.Cols < 1 || t.Cols > api.MaxTTY {
+			return errdefs.New(errdefs.InvalidArgument, "tty.cols: %d, want 1 to %d", t.Cols, api.MaxTTY)
+		}
+	}
 	if req.Cwd != "" {
 		if err := validateDir("cwd", req.Cwd); err != nil {
 			return err

@@ -51,8 +51,12 @@ func processSpec(sb api.CreateSandboxRequest, req api.ExecRequest) guestapi.Proc
 	if out == 0 {
 		out = defaultOutput
 	}
-	return guestapi.ProcessSpec{Args: args, Env: list, Cwd: cwd, User: user, Stdin: req.Stdin,
-		TimeoutMs: req.TimeoutMs, MaxOutputBytes: out}
+	spec := guestapi.ProcessSpec{Args: args, Env: list, Cwd: cwd, User: user, Stdin: req.Stdin,
+		TimeoutMs: req.TimeoutMs, MaxOutputBytes: out, OpenStdin: req.OpenStdin}
+	if req.TTY != nil {
+		spec.TTY = &guestapi.TTY{Rows: uint16(req.TTY.Rows), Cols: uint16(req.TTY.Cols)} // validated: 1 to MaxTTY
+	}
+	return spec
 }
 
 func resultToAPI(r guestapi.Result) api.ExecResult {
@@ -65,7 +69,10 @@ func resultToAPI(r guestapi.Result) api.ExecResult {
 }
 
 func processToAPI(p guestapi.ProcessInfo) api.Process {
-	out := api.Process{Pid: p.Pid, Cmd: p.Args, Running: p.Running, StartedAt: time.UnixMilli(p.StartedUnixMs).UTC()}
+	out := api.Process{Pid: p.Pid, Cmd: p.Args, Running: p.Running, StartedAt: time.UnixMilli(p.StartedUnixMs).UTC(), OpenStdin: p.OpenStdin}
+	if p.TTY != nil {
+		out.TTY = &api.TTY{Rows: int(p.TTY.Rows), Cols: int(p.TTY.Cols)}
+	}
 	if p.Result != nil {
 		r := resultToAPI(*p.Result)
 		out.Result = &r

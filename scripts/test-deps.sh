@@ -3,7 +3,8 @@
 # sandboxes (a sandbox sees only the host's /usr, so a Python or procps
 # installed elsewhere, pyenv or /usr/local, does not count), and e2fsprogs,
 # whose mkfs.ext4 the daemon runs for sandboxes with a disk limit, and
-# iproute2, whose ip the network tests use to build their namespaces.
+# iproute2, whose ip the network tests use to build their namespaces, and
+# tmux, the real terminal the test of berth shell types into.
 set -euo pipefail
 need=()
 /usr/bin/python3 -c 'import ctypes, socket, http.server' 2>/dev/null || need+=(python3)
@@ -15,6 +16,8 @@ command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need+=(e2fsprogs)
 [ -x /usr/bin/curl ] || need+=(curl)                               # network tests run curl inside sandboxes
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)  # and pip download from a test index
 [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)         # the network tests' own namespaces
+[ -x /usr/bin/tmux ] || need+=(tmux)                               # a real terminal for berth shell's test
+[ -x /usr/bin/bash ] || need+=(bash)                               # the shell berth shell starts
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 	echo "tests need: ${need[*]} (install them, as root, with your package manager)" >&2

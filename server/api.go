@@ -23,6 +23,7 @@ type Manager interface {
 	Files
 	Network
 	Ports
+	Terminals
 }
 
 // Sandboxes is the lifecycle half of the manager.
@@ -122,6 +123,7 @@ func (a *apiGroup) Routes(r *Router) {
 	a.routeFiles(r)
 	a.routeNetwork(r)
 	a.routePorts(r)
+	a.routeTerminals(r)
 }
 
 // metricsRoute serves the Prometheus text exposition format.

@@ -1,4 +1,4 @@
-// Package proc is the guest's process table: it starts processes in their own process groups, reaps every child (the guest is PID 1), keeps bounded output for replay, and enforces timeouts.
+// Package proc is the guest's process table: it starts processes in their own process groups (or sessions, on a pseudo-terminal), feeds their input, reaps every child (the guest is PID 1), keeps bounded output for replay, and enforces timeouts.
 package proc
 
 import (

@@ -49,17 +49,27 @@ type Process struct {
 	started time.Time
 	limit   int64                // kept bytes per stream
 	exit    chan unix.WaitStatus // the reaper's one status for pid
+	exitedC chan struct{}        // closed once the status arrived
 	done    chan struct{}        // closed once finished
 
-	mu        sync.Mutex
-	out       [2][]byte // kept output per stream; bytes below len never change
-	segs      []segment // order of the output, as read
-	truncated [2]bool
-	changed   chan struct{} // closed and replaced on every append and at the end
-	exited    bool          // the status arrived: no more signals by timer
-	timedOut  bool
-	finished  bool
-	result    guestapi.Result // without output; set when finished
+	// Input and terminal, set before the process is started.
+	tty   bool
+	term  *os.File      // a terminal's master: its output, and its input
+	stdin *os.File      // open input without a terminal: the stdin pipe's write end
+	turn  chan struct{} // capacity 1: held by the one writer of input
+
+	mu          sync.Mutex
+	out         [2][]byte // kept output per stream; bytes below len never change
+	segs        []segment // order of the output, as read
+	truncated   [2]bool
+	changed     chan struct{} // closed and replaced on every append and at the end
+	exited      bool          // the status arrived: no more signals by timer
+	timedOut    bool
+	finished    bool
+	result      guestapi.Result // without output; set when finished
+	size        guestapi.TTY    // the terminal's size
+	screen      scrollback      // a terminal's recent output
+	inputClosed bool            // CloseInput ran
 }
 
 // segment is a run of output from one stream, ending at an offset of that
@@ -73,6 +83,7 @@ func newProcess(args []string, limit int64) *Process {
 	return &Process{
 		args: args, limit: limit, started: time.Now(),
 		exit: make(chan unix.WaitStatus, 1), done: make(chan struct{}), changed: make(chan struct{}),
+		turn: make(chan struct{}, 1), exitedC: make(chan struct{}),
 	}
 }
 
@@ -101,6 +112,13 @@ func (p *Process) info(output bool) guestapi.ProcessInfo {
 		r := p.outcome(output)
 		info.Result = &r
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty {
+		size := p.size
+		info.TTY = &size
+	}
+	info.OpenStdin = p.inputFile() != nil && !p.inputClosed && !p.exited && !p.finished
 	return info
 }
 
@@ -127,7 +145,7 @@ func (p *Process) outcome(output bool) guestapi.Result {
 func (p *Process) keptBytes() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return int64(len(p.out[stdout]) + len(p.out[stderr]))
+	return int64(len(p.out[stdout]) + len(p.out[stderr]) + len(p.screen.buf))
 }
 
 // Signal sends sig to the process's group while the process is not finished
@@ -152,19 +170,26 @@ func (p *Process) notifyLocked() {
 func (p *Process) appendOutput(stream int, b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.keepLocked(stream, b) {
+		p.notifyLocked()
+	}
+}
+
+// keepLocked keeps what fits of b and says whether it kept any; p.mu is held.
+func (p *Process) keepLocked(stream int, b []byte) bool {
 	buf := p.out[stream]
 	if room := int(p.limit) - len(buf); len(b) > room {
 		p.truncated[stream] = true
 		b = b[:max(room, 0)]
 	}
 	if len(b) == 0 {
-		return
+		return false
 	}
 	n := len(p.segs)
 	if n == 0 || p.segs[n-1].stream != stream {
 		if int64(n) >= max(2*p.limit/segmentCost, 64) {
 			p.truncated[stream] = true
-			return
+			return false
 		}
 		p.segs = append(p.segs, segment{stream: stream})
 		n++
@@ -178,7 +203,7 @@ func (p *Process) appendOutput(stream int, b []byte) {
 	buf = append(buf, b...)
 	p.out[stream] = buf
 	p.segs[n-1].end = len(buf)
-	p.notifyLocked()
+	return true
 }
 
 // cursor is a reader's place in the output.
@@ -242,19 +267,39 @@ func (p *Process) expire() {
 	unix.Kill(-p.pid, unix.SIGKILL)
 }
 
+// stdio is the guest's side of a started process's standard streams.
+type stdio struct {
+	out, err *os.File // the output pipes' read ends; for a terminal, out is its master and err nil
+	in       *os.File // where the spec's Stdin goes: the stdin pipe's write end or the master; or nil
+	initial  []byte   // the spec's Stdin
+	// keepOpen leaves in open once initial is written (open input, or a
+	// terminal); the writer of initial holds p.turn then, taken at start.
+	keepOpen bool
+}
+
 // run owns a started process until it is finished: it feeds stdin, drains
-// the output pipes, enforces the timeout, and records the end once the
-// reaper delivered the exit status and the pipes hit EOF (or exitGrace
-// passed after the exit).
-func (p *Process) run(outR, errR, stdinW *os.File, stdin []byte, timeout time.Duration) {
+// the output pipes (or the terminal), enforces the timeout, and records the
+// end once the reaper delivered the exit status and the output hit its end
+// (EOF from a pipe, EIO from a terminal's master once nothing holds the
+// terminal open) or exitGrace passed after the exit.
+func (p *Process) run(s stdio, timeout time.Duration) {
 	var pipes sync.WaitGroup
-	for stream, r := range []*os.File{outR, errR} {
+	for stream, r := range []*os.File{s.out, s.err} {
+		if r == nil {
+			continue
+		}
 		pipes.Go(func() {
 			buf := make([]byte, readChunk)
 			for {
 				n, err := r.Read(buf)
 				if n > 0 {
-					p.appendOutput(stream, buf[:n]) // beyond the bound: read and dropped
+					// Beyond the bound: read and dropped (a terminal's still
+					// reaches the scrollback).
+					if p.tty {
+						p.appendTerminal(buf[:n])
+					} else {
+						p.appendOutput(stream, buf[:n])
+					}
 				}
 				if err != nil {
 					return
@@ -262,10 +307,14 @@ func (p *Process) run(outR, errR, stdinW *os.File, stdin []byte, timeout time.Du
 			}
 		})
 	}
-	if stdinW != nil {
+	if s.in != nil && (len(s.initial) > 0 || !s.keepOpen) {
 		pipes.Go(func() {
-			stdinW.Write(stdin) // EPIPE when the process does not read it all: fine
-			stdinW.Close()
+			s.in.Write(s.initial) // EPIPE when the process does not read it all: fine
+			if s.keepOpen {
+				p.releaseInput()
+			} else {
+				s.in.Close()
+			}
 		})
 	}
 	var timer *time.Timer
@@ -279,6 +328,7 @@ func (p *Process) run(outR, errR, stdinW *os.File, stdin []byte, timeout time.Du
 	p.exited = true
 	timedOut := p.timedOut
 	p.mu.Unlock()
+	close(p.exitedC)
 	if timer != nil {
 		timer.Stop()
 	}
@@ -290,19 +340,22 @@ func (p *Process) run(outR, errR, stdinW *os.File, stdin []byte, timeout time.Du
 	case <-drained:
 	case <-grace.C:
 		// A background child holds a pipe: stop reading and writing now.
+		// Input too: a write to it waits on that child.
 		now := time.Now()
-		outR.SetReadDeadline(now)
-		errR.SetReadDeadline(now)
-		if stdinW != nil {
-			stdinW.SetWriteDeadline(now)
+		for _, f := range []*os.File{s.out, s.err} {
+			if f != nil {
+				f.SetReadDeadline(now)
+			}
+		}
+		if s.in != nil {
+			s.in.SetWriteDeadline(now)
 		}
 		<-drained
 	}
 	grace.Stop()
-	outR.Close()
-	errR.Close()
-	if stdinW != nil {
-		stdinW.Close()
+	closeAll(s.out, s.err)
+	if s.in != nil && s.in != s.out {
+		s.in.Close() // a write of input still going on ends with os.ErrClosed
 	}
 
 	r := guestapi.Result{Pid: p.pid, TimedOut: timedOut, DurationMs: exitedAt.Sub(p.started).Milliseconds()}

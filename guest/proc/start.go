@@ -19,7 +19,8 @@ import (
 	"github.com/berthsh/berth/errdefs"
 )
 
-// Start starts a process in its own process group. A program that cannot be
+// Start starts a process in its own process group (with a terminal, in a
+// session of its own, which is its own group too). A program that cannot be
 // found or executed is not an error: the returned process has already ended
 // with exit code 127 or 126 and says why in StartError and on stderr. Errors
 // are invalid specs (errdefs.InvalidArgument naming the field), a table that
@@ -34,6 +35,9 @@ func (t *Table) Start(spec guestapi.ProcessSpec) (*Process, error) {
 		return nil, err
 	}
 	env := t.environment(spec.Env, u)
+	if spec.TTY != nil && !hasEnv(env, "TERM") {
+		env = append(env, "TERM="+defaultTerm)
+	}
 	cwd, err := workDir(spec.Cwd, u.home)
 	if err != nil {
 		return nil, err
@@ -43,6 +47,9 @@ func (t *Table) Start(spec guestapi.ProcessSpec) (*Process, error) {
 		limit = DefaultMaxOutput
 	}
 	p := newProcess(slices.Clone(spec.Args), min(limit, MaxOutput))
+	if spec.TTY != nil {
+		p.tty, p.size = true, *spec.TTY
+	}
 
 	path, code, msg := lookPath(spec.Args[0], cwd, envValue(env, "PATH"))
 	if code != 0 {
@@ -59,41 +66,47 @@ func (t *Table) Start(spec guestapi.ProcessSpec) (*Process, error) {
 // every other descriptor of the guest is close-on-exec (Go opens all its
 // files so; the runtime's inherited ones are marked at start).
 func (t *Table) spawn(p *Process, path string, env []string, cwd string, u user, spec guestapi.ProcessSpec) error {
-	var stdinR, stdinW *os.File
+	var s stdio
+	var child []*os.File // the child's 0, 1 and 2, closed here once it is forked
 	var err error
-	if len(spec.Stdin) > 0 {
-		stdinR, stdinW, err = os.Pipe()
+	if spec.TTY != nil {
+		s, child, err = terminalStdio(*spec.TTY, u)
 	} else {
-		stdinR, err = os.Open(os.DevNull)
+		s, child, err = pipeStdio(spec.OpenStdin || len(spec.Stdin) > 0)
 	}
 	if err != nil {
-		return fmt.Errorf("stdin: %w", err)
+		return err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		closeAll(stdinR, stdinW)
-		return fmt.Errorf("stdout pipe: %w", err)
+	s.initial = spec.Stdin
+	s.keepOpen = spec.TTY != nil || spec.OpenStdin
+	sys := &syscall.SysProcAttr{Credential: u.cred}
+	if spec.TTY != nil {
+		// A session of its own with the terminal as its controlling one; a
+		// session leader leads its process group too, so timeouts and
+		// signals to the group reach its children as without a terminal.
+		sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
+	} else {
+		sys.Setpgid = true // its own group: timeouts and signals reach its children
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(stdinR, stdinW, outR, outW)
-		return fmt.Errorf("stderr pipe: %w", err)
+	// Set before p is in the table, where requests find it.
+	if s.keepOpen {
+		if spec.TTY != nil {
+			p.term = s.out
+		} else {
+			p.stdin = s.in
+		}
+		if len(s.initial) > 0 {
+			p.turn <- struct{}{} // Stdin goes first: run gives the turn back once it is written
+		}
 	}
-	attr := &syscall.ProcAttr{
-		Dir: cwd,
-		Env: env,
-		// Fd puts the child's ends in blocking mode, as programs expect.
-		Files: []uintptr{stdinR.Fd(), outW.Fd(), errW.Fd()},
-		Sys: &syscall.SysProcAttr{
-			Setpgid:    true, // its own group: timeouts and signals reach its children
-			Credential: u.cred,
-		},
-	}
+	// Fd puts the child's ends in blocking mode, as programs expect.
+	attr := &syscall.ProcAttr{Dir: cwd, Env: env, Files: []uintptr{child[0].Fd(), child[1].Fd(), child[2].Fd()}, Sys: sys}
 
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		closeAll(stdinR, stdinW, outR, outW, errR, errW)
+		closeAll(child...)
+		closeAll(s.out, s.err, s.in)
 		return errdefs.New(errdefs.Unavailable, "the guest is shutting down")
 	}
 	p.started = time.Now()
@@ -103,10 +116,10 @@ func (t *Table) spawn(p *Process, path string, env []string, cwd string, u user,
 		t.registerLocked(p)
 	}
 	t.mu.Unlock()
-	closeAll(stdinR, outW, errW) // the child's ends
+	closeAll(child...)
 
 	if err != nil {
-		closeAll(stdinW, outR, errR)
+		closeAll(s.out, s.err, s.in)
 		if errors.Is(err, syscall.EACCES) && u.cred != nil && !mayEnter(cwd, u.cred) {
 			// The child failed at its chdir, not at its exec: say so.
 			p.failStart(126, fmt.Sprintf("cwd %q: permission denied: user %s may not enter it (the sandbox's workdir is the default cwd; give one the user can enter)", cwd, u.display()))
@@ -115,10 +128,55 @@ func (t *Table) spawn(p *Process, path string, env []string, cwd string, u user,
 		return startFailure(p, spec.Args[0], err)
 	}
 	go func() {
-		p.run(outR, errR, stdinW, spec.Stdin, time.Duration(spec.TimeoutMs)*time.Millisecond)
+		p.run(s, time.Duration(spec.TimeoutMs)*time.Millisecond)
 		t.finish(p)
 	}()
 	return nil
+}
+
+// pipeStdio makes the pipes of a process without a terminal: stdout,
+// stderr, and stdin if wanted (else it reads /dev/null). child is the
+// child's 0, 1 and 2.
+func pipeStdio(stdin bool) (s stdio, child []*os.File, err error) {
+	var stdinR *os.File
+	if stdin {
+		stdinR, s.in, err = os.Pipe()
+	} else {
+		stdinR, err = os.Open(os.DevNull)
+	}
+	if err != nil {
+		return s, nil, fmt.Errorf("stdin: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(stdinR, s.in)
+		return s, nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(stdinR, s.in, outR, outW)
+		return s, nil, fmt.Errorf("stderr pipe: %w", err)
+	}
+	s.out, s.err = outR, errR
+	return s, []*os.File{stdinR, outW, errW}, nil
+}
+
+// terminalStdio allocates a pseudo-terminal of size for a process that
+// runs as u: the master reads its output and writes its input; the slave
+// is the child's 0, 1 and 2.
+func terminalStdio(size guestapi.TTY, u user) (s stdio, child []*os.File, err error) {
+	master, slave, err := openPTY(size)
+	if err != nil {
+		return s, nil, err
+	}
+	if u.cred != nil {
+		// The terminal belongs to its user, as login programs arrange: some
+		// programs open it again by its name. Not essential: the child holds
+		// it open either way.
+		slave.Chown(int(u.cred.Uid), -1)
+	}
+	s.out, s.in = master, master
+	return s, []*os.File{slave, slave, slave}, nil
 }
 
 // startFailure sorts out a failed fork or exec: a guest short of resources
@@ -216,6 +274,9 @@ func validate(spec guestapi.ProcessSpec) error {
 	if spec.MaxOutputBytes < 0 {
 		return errdefs.New(errdefs.InvalidArgument, "max_output_bytes: %d is negative", spec.MaxOutputBytes)
 	}
+	if spec.TTY != nil {
+		return validTTY(*spec.TTY)
+	}
 	return nil
 }
 
@@ -261,6 +322,10 @@ func (t *Table) environment(env []string, u user) []string {
 		}
 	}
 	return out
+}
+
+func hasEnv(env []string, key string) bool {
+	return slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, key+"=") })
 }
 
 func envValue(env []string, key string) string {

@@ -10,6 +10,8 @@
 //	ANY  /echo/...        the request as JSON (Echo)
 //	POST /sink            reads the body: {"bytes":N,"crc32":C} (Sink)
 //	GET  /source?n=N      N bytes of Pattern, with a Content-Length
+//	GET  /zeros?n=N       N zero bytes, with a Content-Length (cheap to make: benchmarks)
+//	POST /discard         reads the body: {"bytes":N} (cheap: benchmarks)
 //	GET  /sse             "data: 0", then one event per POST /sse/next
 //	POST /sse/next        lets the next event go
 //	GET  /ws              a WebSocket that echoes every message
@@ -100,6 +102,8 @@ func (a *app) routes() http.Handler {
 	mux.HandleFunc("/echo/", echo)
 	mux.HandleFunc("POST /sink", sink)
 	mux.HandleFunc("GET /source", source)
+	mux.HandleFunc("GET /zeros", zeros)
+	mux.HandleFunc("POST /discard", discard)
 	mux.HandleFunc("GET /sse", a.sse)
 	mux.HandleFunc("POST /sse/next", a.sseNext)
 	mux.HandleFunc("GET /ws", wsEcho)
@@ -148,6 +152,32 @@ func source(w http.ResponseWriter, r *http.Request) {
 		}
 		off += m
 	}
+}
+
+func zeros(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
+	if err != nil || n < 0 {
+		http.Error(w, "n: a byte count", http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	buf := make([]byte, 256<<10)
+	for n > 0 {
+		k, err := w.Write(buf[:min(int64(len(buf)), n)])
+		if err != nil {
+			return
+		}
+		n -= int64(k)
+	}
+}
+
+func discard(w http.ResponseWriter, r *http.Request) {
+	n, err := io.CopyBuffer(io.Discard, r.Body, make([]byte, 256<<10))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	json.NewEncoder(w).Encode(Sink{Bytes: n})
 }
 
 // sse sends event 0 at once and each next one when the test asks for it:
