@@ -11,9 +11,10 @@ package api
 // client, input; from the daemon, output (a terminal's, or stdout). Text
 // messages are one TerminalMessage each, as JSON: from the client, resize
 // and eof; from the daemon, attached first, then stderr (for a process
-// without a terminal), error (a message the daemon could not take; the
+// without a terminal), error (input the daemon could not take; the
 // attachment goes on) and exit last, after which the daemon closes the
-// WebSocket (1000). An attachment made later gets what came before first:
+// WebSocket (1000). When the sandbox goes away (stopped, deleted) the
+// daemon sends an error saying why and closes with 1001. An attachment made later gets what came before first:
 // a terminal's recent screen output (the last 256 KiB), another process's
 // kept output. Closing an attachment leaves the process running.
 

@@ -34,6 +34,11 @@ type Timeouts struct {
 	// MaxLifetimeSeconds stops a running sandbox this long after it was
 	// created, busy or not.
 	MaxLifetimeSeconds *int64 `json:"max_lifetime_s,omitempty"`
+	// AutoResume starts a sandbox its idle timeout stopped again when a
+	// request comes for one of its ports (it then waits for the port, up
+	// to 30 s, before the request goes through). Its start_cmd brings the
+	// server back. A sandbox stopped on purpose stays stopped.
+	AutoResume bool `json:"auto_resume,omitempty"`
 }
 
 // Limits are a sandbox's resource ceilings. A zero field means: in a create
@@ -75,6 +80,11 @@ type CreateSandboxRequest struct {
 	// PublicPorts are ports inside that the daemon serves without the
 	// sandbox's access token (see Port).
 	PublicPorts []int `json:"public_ports,omitempty"`
+	// StartCmd is a command line (run by /bin/sh -c as the sandbox's user,
+	// in its workdir) started as a background process each time the
+	// sandbox starts: at create and at every start, auto-resume included.
+	// An agent's server, a dev server.
+	StartCmd string `json:"start_cmd,omitempty"`
 }
 
 // Sandbox is the public view of a sandbox.
@@ -95,6 +105,8 @@ type Sandbox struct {
 	PublicPorts []int `json:"public_ports,omitempty"`
 	// AccessToken opens the sandbox's private ports (see Port).
 	AccessToken string `json:"access_token,omitempty"`
+	// StartCmd runs in the background each time the sandbox starts.
+	StartCmd string `json:"start_cmd,omitempty"`
 	// StoppedAt is when the sandbox last stopped, while it is stopped.
 	StoppedAt *time.Time `json:"stopped_at,omitempty"`
 	// Error says why a sandbox is in the error state, or why it stopped

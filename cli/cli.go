@@ -49,7 +49,7 @@ func AddCommands(root *cobra.Command) {
 		statsCommand(connect), updateCommand(connect), eventsCommand(connect),
 		cpCommand(connect), fsCommand(connect), runtimesCommand(connect),
 		networkCommand(connect), secretCommand(connect), egressCommand(connect),
-		portsCommand(connect), portForwardCommand(connect), shellCommand(connect), attachCommand(connect),
+		portsCommand(connect), portForwardCommand(connect), shellCommand(connect), attachCommand(connect), accessTokenCommand(connect),
 	)
 }
 
@@ -65,6 +65,8 @@ type createFlags struct {
 	idle, deleteAfter string
 	maxLifetime       string
 	publicPorts       []int
+	startCmd          string
+	autoResume        bool
 }
 
 func (f *createFlags) add(cmd *cobra.Command) {
@@ -81,6 +83,8 @@ func (f *createFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.deleteAfter, "delete-after", "", "delete this long after stopping, e.g. 24h (0: never)")
 	fl.StringVar(&f.maxLifetime, "max-lifetime", "", "stop this long after creation, e.g. 7d (0: never)")
 	fl.IntSliceVar(&f.publicPorts, "public-port", nil, "a port inside served without the access token (repeatable)")
+	fl.StringVar(&f.startCmd, "start-cmd", "", "a command line started in the background each time the sandbox starts (a server)")
+	fl.BoolVar(&f.autoResume, "auto-resume", false, "start the sandbox again when a request comes for one of its ports")
 }
 
 // ParseDuration reads a duration like time.ParseDuration, plus a "d" (day)
@@ -101,7 +105,9 @@ func ParseDuration(s string) (time.Duration, error) {
 }
 
 func (f *createFlags) request() (api.CreateSandboxRequest, error) {
-	req := api.CreateSandboxRequest{Image: f.image, Runtime: f.runtime, Workdir: f.workdir, User: f.user, PublicPorts: f.publicPorts}
+	req := api.CreateSandboxRequest{Image: f.image, Runtime: f.runtime, Workdir: f.workdir, User: f.user, PublicPorts: f.publicPorts,
+		StartCmd: f.startCmd}
+	req.Timeouts.AutoResume = f.autoResume
 	var err error
 	if req.Labels, err = parsePairs("--label", f.labels); err != nil {
 		return req, err

@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/berthsh/berth/api"
 )
 
 func portsCommand(connect connector) *cobra.Command {
@@ -56,6 +58,36 @@ func portsCommand(connect connector) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&token, "token", false, "put the access token in the URLs of private ports (a link a browser can open)")
+	return cmd
+}
+
+func accessTokenCommand(connect connector) *cobra.Command {
+	var rotate bool
+	cmd := &cobra.Command{
+		Use:   "access-token ID",
+		Short: "Print the token that opens a sandbox's private ports; --rotate replaces it first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			var token string
+			if rotate {
+				token, err = c.RotateAccessToken(cmd.Context(), args[0])
+			} else {
+				var sb api.Sandbox
+				sb, err = c.GetSandbox(cmd.Context(), args[0])
+				token = sb.AccessToken
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), token)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&rotate, "rotate", false, "give the sandbox a new token (the old one stops working) and print it")
 	return cmd
 }
 

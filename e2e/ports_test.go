@@ -647,6 +647,14 @@ func TestPortsAccess(t *testing.T) {
 	if _, err := d.client.RotateAccessToken(ctx, "sb-nosuchsandbox"); !errdefs.IsNotFound(err) {
 		t.Fatalf("rotate an unknown sandbox: %v", err)
 	}
+	// The CLI prints the token, and rotates it.
+	if out, errOut, code := d.cli("", "access-token", sb.ID); code != 0 || out != newTok+"\n" {
+		t.Fatalf("berth access-token: %q %q %d", out, errOut, code)
+	}
+	out, _, code := d.cli("", "access-token", "--rotate", sb.ID)
+	if rotated := strings.TrimSpace(out); code != 0 || rotated == newTok || rotated == "" {
+		t.Fatalf("berth access-token --rotate: %q %d", out, code)
+	}
 }
 
 // TestPortForward: berth port-forward relays local connections to a port
@@ -856,4 +864,75 @@ func TestPortsTrafficIsActivity(t *testing.T) {
 	}
 	ws.Close(websocket.StatusNormalClosure, "")
 	waitFor(t, 10*time.Second, func() bool { return !running() })
+}
+
+// TestPortsAutoResume: a sandbox with a start_cmd server and auto_resume
+// stops for idleness although its server runs, starts again on the next
+// request to its port, which waits for the server and goes through; one
+// stopped on purpose stays stopped, and a request without the token wakes
+// nothing.
+func TestPortsAutoResume(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{
+		StartCmd: "mkdir -p /tmp/www && echo served > /tmp/www/index.txt && exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www",
+		Timeouts: api.Timeouts{IdleSeconds: secs(2), AutoResume: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.StartCmd == "" || !sb.Timeouts.AutoResume {
+		t.Fatalf("sandbox: %+v", sb)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := d.client.WaitPort(wctx, sb.ID, 8000); err != nil {
+		t.Fatal(err)
+	}
+	hc := portClient(d)
+	url := d.portPath(sb.ID, 8000) + "/index.txt"
+	if resp, b := do(t, hc, "GET", url, sb.AccessToken, nil); resp.StatusCode != http.StatusOK || string(b) != "served\n" {
+		t.Fatalf("first request: %s %q", resp.Status, b)
+	}
+	state := func() api.Sandbox {
+		got, err := d.client.GetSandbox(ctx, sb.ID) // reads the store: not activity
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// The server runs, but that is no activity: the sandbox idles out.
+	waitFor(t, 15*time.Second, func() bool { return state().State == api.StateStopped })
+	if got := state(); !strings.Contains(got.Error, "idle") {
+		t.Fatalf("stopped for %q", got.Error)
+	}
+	// Without the token: refused, and nothing wakes.
+	if resp, _ := do(t, hc, "GET", url, "", nil); resp.StatusCode != http.StatusUnauthorized || state().State != api.StateStopped {
+		t.Fatalf("no token: %s, state %s", resp.Status, state().State)
+	}
+	// With it: started again, the server back, the request answered.
+	if resp, b := do(t, hc, "GET", url, sb.AccessToken, nil); resp.StatusCode != http.StatusOK || string(b) != "served\n" {
+		t.Fatalf("request to an idle-stopped sandbox: %s %q", resp.Status, b)
+	}
+	if st := state().State; st != api.StateRunning {
+		t.Fatalf("after the resume: %s", st)
+	}
+	// Stopped on purpose: it stays so.
+	if _, err := d.client.StopSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if resp, b := do(t, hc, "GET", url, sb.AccessToken, nil); resp.StatusCode != http.StatusConflict {
+		t.Fatalf("request to a sandbox stopped on purpose: %s %q", resp.Status, b)
+	}
+	// A start_cmd that cannot run is a process that ended, not a failed create.
+	bad, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{StartCmd: "/nonexistent/server"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := d.client.ListProcesses(ctx, bad.ID)
+	if err != nil || len(ps) != 1 {
+		t.Fatalf("processes: %+v %v", ps, err)
+	}
+	if _, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{StartCmd: "a\x00b"}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "start_cmd") {
+		t.Fatalf("start_cmd with a NUL: %v", err)
+	}
 }

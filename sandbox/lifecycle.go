@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -156,7 +157,9 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 		return err
 	}
 	m.emit(id, api.SandboxStarted)
-	return nil
+	// A start_cmd that does not start leaves the sandbox running: the
+	// caller hears why and can exec, fix, stop.
+	return m.runStartCmd(ctx, id, req)
 }
 
 // Update applies a merge patch to a sandbox's labels (a value sets a label,
@@ -373,6 +376,10 @@ func (m *Manager) Keepalive(ctx context.Context, tenant, id string) error {
 	return err
 }
 
+// idleStop begins the reason of a stop for idleness (auto-resume looks
+// for it).
+const idleStop = "stopped by berth: idle for "
+
 // action is what the sweeper does to one sandbox.
 type action struct {
 	kind   string // "", "stop" or "delete"
@@ -404,7 +411,7 @@ func decide(now time.Time, state string, t timeouts, created, stoppedAt, lastAct
 			return action{"stop", fmt.Sprintf("stopped by berth: reached its maximum lifetime of %s", t.maxLifetime)}
 		}
 		if t.idle > 0 && now.Sub(lastActive) >= t.idle && !busy() {
-			return action{"stop", fmt.Sprintf("stopped by berth: idle for %s", t.idle)}
+			return action{"stop", idleStop + t.idle.String()}
 		}
 	case api.StateStopped:
 		if t.deleteAfter > 0 && !stoppedAt.IsZero() && now.Sub(stoppedAt) >= t.deleteAfter {
@@ -470,7 +477,8 @@ func (m *Manager) Sweep(ctx context.Context) {
 
 // active reports whether a sandbox still counts as active for an idle
 // timeout of idle: an open stream, a running process started through the
-// API, or one that ended less than idle ago (its end is activity). It
+// API (not the start_cmd's), or one that ended less than idle ago (its end
+// is activity). It
 // refreshes the sandbox's last activity from what it finds. Process times
 // come from the guest and are not believed beyond the manager's now.
 func (m *Manager) active(ctx context.Context, ls *liveSandbox, idle time.Duration) bool {
@@ -491,7 +499,15 @@ func (m *Manager) active(ctx context.Context, ls *liveSandbox, idle time.Duratio
 	if err != nil {
 		return true // when in doubt, do not stop a sandbox
 	}
+	m.mu.Lock()
+	startCmd := ls.spec.StartCmd
+	m.mu.Unlock()
 	for _, p := range procs {
+		if startCmd != "" && slices.Equal(p.Args, []string{"/bin/sh", "-c", startCmd}) {
+			// The start_cmd's server runs for good: traffic to its ports
+			// is activity, its running is not (after a daemon restart too).
+			continue
+		}
 		if p.Running {
 			touch(now)
 			return true

@@ -386,16 +386,47 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 	if err := m.normalizeRequestNetwork(ctx, tenant, &req); err != nil {
 		return api.Sandbox{}, err
 	}
+	var sb api.Sandbox
 	if id, ok := m.takePooled(req); ok {
-		sb, err := m.claim(ctx, tenant, id, req)
-		if err == nil {
-			return sb, nil
+		if sb, err = m.claim(ctx, tenant, id, req); err != nil {
+			m.log.Warn("warm pool hand-over failed; booting a new sandbox", "sandbox", id, "err", err)
+			m.discard(context.Background(), id)
 		}
-		m.log.Warn("warm pool hand-over failed; booting a new sandbox", "sandbox", id, "err", err)
-		m.discard(context.Background(), id)
 	}
-	sb, _, err := m.boot(ctx, tenant, api.StateRunning, req)
-	return sb, err
+	if sb.ID == "" {
+		if sb, _, err = m.boot(ctx, tenant, api.StateRunning, req); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
+	if err := m.runStartCmd(ctx, sb.ID, req); err != nil {
+		// Nothing half-made: a sandbox whose start command cannot start goes.
+		if derr := m.Delete(context.WithoutCancel(ctx), tenant, sb.ID); derr != nil {
+			m.log.Error("delete after a failed start_cmd", "sandbox", sb.ID, "err", derr)
+		}
+		return api.Sandbox{}, err
+	}
+	return sb, nil
+}
+
+// runStartCmd starts a sandbox's start_cmd, if it has one, as a background
+// process. A command that cannot run is a process that ended (127, 126),
+// not an error: ps shows it; an error is a guest that did not take it.
+func (m *Manager) runStartCmd(ctx context.Context, id string, spec api.CreateSandboxRequest) error {
+	if spec.StartCmd == "" {
+		return nil
+	}
+	m.mu.Lock()
+	ls := m.live[id]
+	m.mu.Unlock()
+	if ls == nil {
+		return errdefs.New(errdefs.Unavailable, "sandbox %s stopped before its start_cmd could run", id)
+	}
+	info, err := ls.guest.Start(ctx, processSpec(spec, api.ExecRequest{Shell: spec.StartCmd}))
+	if err != nil {
+		return fmt.Errorf("sandbox %s: start_cmd: %w", id, m.gone(id, err))
+	}
+	m.emit(id, api.ProcessStarted, func(e *api.SandboxEvent) { e.Pid = info.Pid })
+	return nil
 }
 
 // boot makes a new sandbox from a normalized request: the resolved spec, its
@@ -628,7 +659,7 @@ func toAPI(rec store.Sandbox, spec api.CreateSandboxRequest) api.Sandbox {
 		ID: rec.ID, State: rec.State, Image: rec.Image, Runtime: rec.Runtime, Env: spec.Env,
 		Workdir: spec.Workdir, User: spec.User, Labels: rec.Labels, Limits: spec.Limits,
 		Timeouts: spec.Timeouts, Network: networkOf(spec), CreatedAt: rec.CreatedAt, Error: rec.Error,
-		PublicPorts: spec.PublicPorts, AccessToken: rec.AccessToken,
+		PublicPorts: spec.PublicPorts, AccessToken: rec.AccessToken, StartCmd: spec.StartCmd,
 	}
 	if !rec.StoppedAt.IsZero() {
 		t := rec.StoppedAt

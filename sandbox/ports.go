@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
 )
 
@@ -103,43 +105,98 @@ func (m *Manager) AuthorizePort(ctx context.Context, tenant, id string, port int
 	}
 	m.mu.Lock()
 	ls := m.live[id]
-	var public bool
+	var public, autoResume bool
 	if ls != nil {
 		public = slices.Contains(ls.spec.PublicPorts, port)
 	}
 	m.mu.Unlock()
+	if ls == nil {
+		// Not running: the public ports and auto-resume are in the spec.
+		rec, err := m.store.GetSandbox(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		spec, err := recordSpec(rec)
+		if err != nil {
+			return nil, err
+		}
+		public = slices.Contains(spec.PublicPorts, port)
+		autoResume = spec.Timeouts.AutoResume
+	}
 	if !public {
-		if ls == nil {
-			// Not running: the token is on record, the public ports in the spec.
-			rec, err := m.store.GetSandbox(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			spec, err := recordSpec(rec)
-			if err != nil {
-				return nil, err
-			}
-			public = slices.Contains(spec.PublicPorts, port)
+		want, err := m.accessToken(ctx, id, ls)
+		if err != nil {
+			return nil, err
 		}
-		if !public {
-			want, err := m.accessToken(ctx, id, ls)
-			if err != nil {
-				return nil, err
-			}
-			if token == "" {
-				return nil, errdefs.New(errdefs.Unauthenticated, "port %d of sandbox %s is private: send its access token (%s header, %s query parameter or cookie)",
-					port, id, api.HeaderAccessToken, api.QueryAccessToken)
-			}
-			if subtle.ConstantTimeCompare([]byte(token), []byte(want)) != 1 {
-				return nil, errdefs.New(errdefs.Unauthenticated, "port %d of sandbox %s: the access token is not this sandbox's", port, id)
-			}
+		if token == "" {
+			return nil, errdefs.New(errdefs.Unauthenticated, "port %d of sandbox %s is private: send its access token (%s header, %s query parameter or cookie)",
+				port, id, api.HeaderAccessToken, api.QueryAccessToken)
 		}
+		if subtle.ConstantTimeCompare([]byte(token), []byte(want)) != 1 {
+			return nil, errdefs.New(errdefs.Unauthenticated, "port %d of sandbox %s: the access token is not this sandbox's", port, id)
+		}
+	}
+	// Auto-resume wakes a sandbox its idle timeout stopped, not one a
+	// caller stopped on purpose.
+	if ls == nil && autoResume && st.State == api.StateStopped && strings.HasPrefix(st.Error, idleStop) {
+		if ls, err = m.resume(ctx, tenant, id, port); err != nil {
+			return nil, err
+		}
+		st.State = api.StateRunning
 	}
 	if ls == nil || st.State != api.StateRunning {
 		return nil, notRunning(st)
 	}
 	ls.lastActive.Store(m.cfg.Now().UnixNano())
 	return m.streaming(ls), nil
+}
+
+// resumeWait bounds how long a request that resumed a sandbox waits for
+// its port to listen (the start_cmd's server coming up).
+const resumeWait = 30 * time.Second
+
+// resume starts a stopped sandbox for a request to port (auto-resume) and
+// waits until something listens there, or resumeWait passes (the request
+// then gets what the port answers: port_closed). Requests that arrive
+// together start it once: the operation lock makes the later ones find it
+// running.
+func (m *Manager) resume(ctx context.Context, tenant, id string, port int) (*liveSandbox, error) {
+	unlock := m.ops.lock(id)
+	st, err := m.store.GetStatus(ctx, id)
+	if err == nil && st.State == api.StateStopped {
+		m.log.Info("auto-resume", "sandbox", id, "port", port)
+		err = m.startLocked(ctx, tenant, id)
+	}
+	unlock()
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	ls := m.live[id]
+	m.mu.Unlock()
+	if ls == nil {
+		st, err := m.store.GetStatus(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return nil, notRunning(st)
+	}
+	deadline := time.Now().Add(resumeWait)
+	for delay := 10 * time.Millisecond; time.Now().Before(deadline); delay = min(2*delay, 250*time.Millisecond) {
+		ports, err := ls.guest.Ports(ctx)
+		if err != nil {
+			return nil, m.gone(id, err)
+		}
+		if slices.ContainsFunc(ports, func(p guestapi.ListeningPort) bool { return p.Port == port }) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+	return ls, nil
 }
 
 // DialPort connects to port inside sandbox id, which a request was

@@ -74,6 +74,9 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 	if err := m.normalizeTimeouts(&req.Timeouts); err != nil {
 		return req, err
 	}
+	if strings.IndexByte(req.StartCmd, 0) >= 0 || len(req.StartCmd) > maxArgBytes {
+		return req, errdefs.New(errdefs.InvalidArgument, "start_cmd: holds a NUL byte or is over %d bytes", maxArgBytes)
+	}
 	ports, err := normalizePorts("public_ports", req.PublicPorts)
 	if err != nil {
 		return req, err

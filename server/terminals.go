@@ -209,12 +209,10 @@ func bridge(w http.ResponseWriter, r *http.Request, att api.Attachment, first ap
 			err = att.Stdin(msg)
 		} else {
 			err = control(att, msg)
-			if errdefs.IsInvalidArgument(err) {
-				// A message the daemon cannot take: say so, go on.
-				err = writeMessage(ctx, c, api.TerminalMessage{Type: api.MsgError, Error: apiError(err)})
-			}
 		}
 		if err != nil && ctx.Err() == nil {
+			// Input the process cannot take (a bad message, a closed
+			// input): say so, go on.
 			writeMessage(ctx, c, api.TerminalMessage{Type: api.MsgError, Error: apiError(err)})
 		}
 	}

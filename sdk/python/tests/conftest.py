@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -72,8 +73,21 @@ def egress_netns() -> Iterator[str]:
         subprocess.run([*ip, "del", name], capture_output=True)  # noqa: S603
 
 
+@dataclass
+class Daemon:
+    """The session's daemon: its TCP URL and its state directory."""
+
+    url: str
+    state: str
+
+    @property
+    def socket_url(self) -> str:
+        """The URL of its API's unix socket."""
+        return "unix://" + os.path.join(self.state, "berth.sock")
+
+
 @pytest.fixture(scope="session")
-def berth_url(egress_netns: str) -> Iterator[str]:
+def daemon(egress_netns: str) -> Iterator[Daemon]:
     binary = os.environ.get("BERTH_BINARY") or str(REPO / "bin" / "berth")
     if not os.path.exists(binary):
         pytest.fail(f"no berth binary at {binary}: run make build (or set BERTH_BINARY)")
@@ -101,7 +115,7 @@ def berth_url(egress_netns: str) -> Iterator[str]:
                 log.flush()
                 pytest.fail(f"berth serve did not start: {Path(state, 'daemon.log').read_text()[-2000:]}")
             time.sleep(0.05)
-        yield url
+        yield Daemon(url, state)
     finally:
         proc.terminate()
         try:
@@ -111,6 +125,11 @@ def berth_url(egress_netns: str) -> Iterator[str]:
             proc.wait()
         log.close()
         shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def berth_url(daemon: Daemon) -> str:
+    return daemon.url
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ The deepagents backend is :class:`berth.deepagents.BerthSandbox`
 """
 
 from ._client import ACCESS_TOKEN_HEADER, DEFAULT_URL, AsyncBerth, AsyncSandbox, Berth, Sandbox
+from ._terminal import AsyncTerminal, Terminal
 from .errors import (
     AlreadyExists,
     BerthError,
@@ -27,7 +28,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .types import ExecEvent, ExecResult, Port, SandboxInfo
+from .types import TTY, ExecEvent, ExecResult, Port, Process, SandboxInfo, TerminalEvent
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ __all__ = [
     "AlreadyExists",
     "AsyncBerth",
     "AsyncSandbox",
+    "AsyncTerminal",
     "Berth",
     "BerthError",
     "Conflict",
@@ -51,9 +53,13 @@ __all__ = [
     "NotImplementedByRuntime",
     "PermissionDenied",
     "Port",
+    "Process",
     "ResourceExhausted",
     "Sandbox",
     "SandboxInfo",
+    "TTY",
+    "Terminal",
+    "TerminalEvent",
     "TooLarge",
     "Unauthenticated",
     "Unavailable",

@@ -2,7 +2,8 @@
 
 Each operation is described once, as a :class:`_Call` built by
 :class:`_Ops`; :class:`Berth` and :class:`AsyncBerth` (and their sandbox
-handles) only send it with a sync or an async ``httpx`` client.
+handles) only send it with a sync or an async ``httpx`` client, or, for an
+attachment, open it as a WebSocket (``_terminal``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
 
+from ._terminal import AsyncTerminal, Terminal
 from .errors import BerthError, DaemonUnreachable, DeadlineExceeded, InvalidArgument, error_for
 from .types import (
     ExecEvent,
@@ -28,6 +30,7 @@ from .types import (
     GrepResult,
     ListResult,
     Port,
+    Process,
     ReadResult,
     SandboxInfo,
 )
@@ -47,7 +50,8 @@ Body = bytes | IO[bytes] | Iterator[bytes]
 class _Call:
     method: str
     path: str
-    params: dict[str, str] = field(default_factory=dict)
+    # A list of pairs where a name repeats.
+    params: dict[str, str] | list[tuple[str, str]] = field(default_factory=dict)
     json: Any = None
     content: Any = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -98,6 +102,29 @@ def _exec_body(
         )
     )
     return body
+
+
+def _process_body(cmd: Sequence[str] | str, kw: Mapping[str, Any], tty: tuple[int, int] | None, open_stdin: bool) -> dict[str, Any]:
+    body = _exec_body(cmd, **{k: kw.get(k) for k in _EXEC_KW})
+    if tty is not None:
+        rows, cols = tty
+        body["tty"] = {"rows": rows, "cols": cols}
+    if open_stdin:
+        body["open_stdin"] = True
+    return body
+
+
+def _pty_params(
+    cmd: Sequence[str] | str | None, rows: int, cols: int, cwd: str | None, user: str | None, env: Mapping[str, str] | None
+) -> list[tuple[str, str]]:
+    argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd or [])
+    return [
+        ("rows", str(rows)),
+        ("cols", str(cols)),
+        *(("cmd", a) for a in argv),
+        *_where(user, cwd).items(),
+        *(("env", f"{k}={v}") for k, v in (env or {}).items()),
+    ]
 
 
 def _limits(memory: int | None, cpus: float | None, pids: int | None, disk: int | None) -> dict[str, Any] | None:
@@ -243,6 +270,35 @@ class _Ops:
         return _Call("POST", _sb(id, "processes", str(pid), "signal"), json={"signal": signal})
 
     @staticmethod
+    def get_process(id: str, pid: int) -> _Call:
+        return _Call("GET", _sb(id, "processes", str(pid)), parse=lambda r: Process.from_json(r.json()))
+
+    @staticmethod
+    def list_processes(id: str) -> _Call:
+        return _Call("GET", _sb(id, "processes"), parse=lambda r: [Process.from_json(p) for p in r.json()["processes"]])
+
+    @staticmethod
+    def write_stdin(id: str, pid: int, data: bytes | str, close: bool) -> _Call:
+        return _Call(
+            "POST",
+            _sb(id, "processes", str(pid), "stdin"),
+            params={"close": "true"} if close else {},
+            content=data.encode() if isinstance(data, str) else data,
+            headers={"Content-Type": "application/octet-stream"},
+            # A process that does not read holds the call up.
+            timeout=_WAIT,
+        )
+
+    # attachments: WebSockets (Terminal, AsyncTerminal)
+    @staticmethod
+    def attach(id: str, pid: int) -> _Call:
+        return _Call("GET", _sb(id, "processes", str(pid), "attach"))
+
+    @staticmethod
+    def open_terminal(id: str, params: list[tuple[str, str]]) -> _Call:
+        return _Call("GET", _sb(id, "pty"), params=params)
+
+    @staticmethod
     def fs(id: str, op: str, body: dict[str, Any]) -> _Call:
         return _Call("POST", _sb(id, "fs", op), json=body)
 
@@ -324,6 +380,10 @@ def _base_url(url: str | None) -> tuple[str, httpx.BaseTransport | None, httpx.A
     if "://" not in url:
         url = "http://" + url
     return url.rstrip("/"), None, None
+
+
+def _socket_path(url: str) -> str | None:
+    return url[len("unix://") :] if url.startswith("unix://") else None
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -459,16 +519,58 @@ class Sandbox(_FileMixin, _PortsMixin):
         with self._c._stream(call) as r:
             yield from _ndjson(r.iter_lines())
 
-    def start_process(self, cmd: Sequence[str] | str, **kw: Any) -> int:
-        """Start a command in the background; returns its pid."""
-        info = self._c._send(_Ops.start_process(self.id, _exec_body(cmd, **{k: kw.get(k) for k in _EXEC_KW})))
+    def start_process(
+        self, cmd: Sequence[str] | str, *, tty: tuple[int, int] | None = None, open_stdin: bool = False, **kw: Any
+    ) -> int:
+        """Start a command in the background (keywords as :meth:`exec`); returns its pid.
+        ``tty=(rows, cols)`` runs it on a terminal of that size (its output is all
+        stdout); ``open_stdin`` keeps its input open (a terminal's always is), for
+        :meth:`write_stdin` and :meth:`attach`."""
+        info = self._c._send(_Ops.start_process(self.id, _process_body(cmd, kw, tty, open_stdin)))
         return int(info["pid"])
+
+    def get_process(self, pid: int) -> Process:
+        return self._c._send(_Ops.get_process(self.id, pid))
+
+    def list_processes(self) -> list[Process]:
+        """The processes started through the API, running and ended."""
+        return self._c._send(_Ops.list_processes(self.id))
 
     def wait_process(self, pid: int, timeout: float | None = None) -> ExecResult:
         return self._c._send(_Ops.wait_process(self.id, pid, timeout))
 
     def kill_process(self, pid: int, signal: str = "KILL") -> None:
         self._c._send(_Ops.signal_process(self.id, pid, signal))
+
+    # terminals and interactive input
+    def write_stdin(self, pid: int, data: bytes | str, *, close: bool = False) -> None:
+        """Write bytes (a str as UTF-8) to the input of a process started with
+        ``open_stdin`` or ``tty`` (at most 16 MiB a call; the call lasts until the process
+        has taken them); with ``close`` the input is closed after them (EOF). :class:`Conflict`
+        if its input is not open (never was, closed, or it exited)."""
+        self._c._send(_Ops.write_stdin(self.id, pid, data, close))
+
+    def open_terminal(
+        self,
+        cmd: Sequence[str] | str | None = None,
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        cwd: str | None = None,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Terminal:
+        """Start a command (argv, a string for ``/bin/sh -c``; default the user's login
+        shell) on a terminal of ``rows`` by ``cols`` and attach to it. The process runs
+        until it exits or is killed, attached or not: :meth:`attach` to its ``pid``
+        again after :meth:`Terminal.close`."""
+        return self._c._terminal(_Ops.open_terminal(self.id, _pty_params(cmd, rows, cols, cwd, user, env)))
+
+    def attach(self, pid: int) -> Terminal:
+        """Attach to a running process (a terminal again, a process started with
+        ``open_stdin``); what it printed before comes first. :class:`NotFound` for an
+        unknown pid."""
+        return self._c._terminal(_Ops.attach(self.id, pid))
 
     # network
     def set_network(self, network: str | Mapping[str, Any] | None = None, *, allow: Sequence[str] | None = None) -> SandboxInfo:
@@ -632,6 +734,7 @@ class Berth:
         base, transport, _ = _base_url(url)
         self.url = url or os.environ.get("BERTH_URL") or DEFAULT_URL
         self._origin, self._unix, self._domain = base, transport is not None, ""
+        self._uds = _socket_path(self.url)
         self._http = httpx.Client(base_url=base, transport=transport, headers=_headers(api_key), timeout=timeout)
 
     def __enter__(self) -> Berth:
@@ -654,6 +757,9 @@ class Berth:
 
     def _stream(self, call: _Call) -> Any:
         return _StreamContext(self, call)
+
+    def _terminal(self, call: _Call) -> Terminal:
+        return Terminal._open(self, call.path, call.params)
 
     def create(
         self,
@@ -799,6 +905,46 @@ class AsyncSandbox(_FileMixin, _PortsMixin):
                 if line.strip():
                     yield ExecEvent.from_json(json.loads(line))
 
+    async def start_process(
+        self, cmd: Sequence[str] | str, *, tty: tuple[int, int] | None = None, open_stdin: bool = False, **kw: Any
+    ) -> int:
+        """As :meth:`Sandbox.start_process`."""
+        info = await self._c._send(_Ops.start_process(self.id, _process_body(cmd, kw, tty, open_stdin)))
+        return int(info["pid"])
+
+    async def get_process(self, pid: int) -> Process:
+        return await self._c._send(_Ops.get_process(self.id, pid))
+
+    async def list_processes(self) -> list[Process]:
+        return await self._c._send(_Ops.list_processes(self.id))
+
+    async def wait_process(self, pid: int, timeout: float | None = None) -> ExecResult:
+        return await self._c._send(_Ops.wait_process(self.id, pid, timeout))
+
+    async def kill_process(self, pid: int, signal: str = "KILL") -> None:
+        await self._c._send(_Ops.signal_process(self.id, pid, signal))
+
+    async def write_stdin(self, pid: int, data: bytes | str, *, close: bool = False) -> None:
+        """As :meth:`Sandbox.write_stdin`."""
+        await self._c._send(_Ops.write_stdin(self.id, pid, data, close))
+
+    async def open_terminal(
+        self,
+        cmd: Sequence[str] | str | None = None,
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        cwd: str | None = None,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AsyncTerminal:
+        """As :meth:`Sandbox.open_terminal`."""
+        return await self._c._terminal(_Ops.open_terminal(self.id, _pty_params(cmd, rows, cols, cwd, user, env)))
+
+    async def attach(self, pid: int) -> AsyncTerminal:
+        """As :meth:`Sandbox.attach`."""
+        return await self._c._terminal(_Ops.attach(self.id, pid))
+
     async def upload(self, path: str, data: bytes | str, *, mode: int | None = None, user: str | None = None, create_only: bool = False) -> FileInfo:
         if isinstance(data, str):
             data = data.encode()
@@ -864,6 +1010,7 @@ class AsyncBerth:
         base, _, transport = _base_url(url)
         self.url = url or os.environ.get("BERTH_URL") or DEFAULT_URL
         self._origin, self._unix, self._domain = base, transport is not None, ""
+        self._uds = _socket_path(self.url)
         self._http = httpx.AsyncClient(base_url=base, transport=transport, headers=_headers(api_key), timeout=timeout)
 
     async def __aenter__(self) -> AsyncBerth:
@@ -883,6 +1030,9 @@ class AsyncBerth:
         except httpx.TransportError as e:
             raise DaemonUnreachable(f"berth daemon not reachable at {self.url}: {e}") from e
         return call.parse(_check(r))
+
+    async def _terminal(self, call: _Call) -> AsyncTerminal:
+        return await AsyncTerminal._open(self, call.path, call.params)
 
     async def create(self, *, ephemeral: bool = True, labels: Mapping[str, str] | None = None, **kw: Any) -> AsyncSandbox:
         body = _create_body(labels, *(kw.get(k) for k in _CREATE_KW))
@@ -925,4 +1075,4 @@ class AsyncBerth:
         await self._send(_Ops.delete_secret(name))
 
 
-__all__ = ["ACCESS_TOKEN_HEADER", "DEFAULT_URL", "AsyncBerth", "AsyncSandbox", "Berth", "BerthError", "Sandbox"]
+__all__ = ["ACCESS_TOKEN_HEADER", "DEFAULT_URL", "AsyncBerth", "AsyncSandbox", "AsyncTerminal", "Berth", "BerthError", "Sandbox", "Terminal"]

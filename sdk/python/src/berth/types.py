@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from typing_extensions import NotRequired, TypedDict
+
+from .errors import BerthError
 
 
 def _b64(v: Any) -> bytes:
@@ -81,6 +83,63 @@ class ExecEvent:
             result=ExecResult.from_json(res) if isinstance(res, dict) else None,
             error=d.get("error") if isinstance(d.get("error"), dict) else None,
         )
+
+
+class TTY(NamedTuple):
+    """A terminal's size in characters; a ``(rows, cols)`` tuple."""
+
+    rows: int
+    cols: int
+
+    @classmethod
+    def from_json(cls, d: Any) -> TTY | None:
+        return cls(int(d["rows"]), int(d["cols"])) if isinstance(d, dict) else None
+
+
+@dataclass
+class Process:
+    """A background process as the daemon describes it."""
+
+    pid: int
+    cmd: list[str] = field(default_factory=list)
+    running: bool = False
+    started_at: str = ""
+    # How it ended, once it has (wait_process gives its kept output).
+    result: ExecResult | None = None
+    # The terminal's size, for a process on one.
+    tty: TTY | None = None
+    # Its input is open for more (write_stdin, an attachment).
+    open_stdin: bool = False
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Process:
+        res = d.get("result")
+        return cls(
+            pid=int(d["pid"]),
+            cmd=[str(a) for a in d.get("cmd") or []],
+            running=bool(d.get("running")),
+            started_at=str(d.get("started_at", "")),
+            result=ExecResult.from_json(res) if isinstance(res, dict) else None,
+            tty=TTY.from_json(d.get("tty")),
+            open_stdin=bool(d.get("open_stdin")),
+            raw=d,
+        )
+
+
+@dataclass
+class TerminalEvent:
+    """One event of an attachment (:class:`berth.Terminal`): ``stdout`` (a
+    terminal's output, or a process's standard output) or ``stderr`` bytes in
+    ``data``; ``error``, what the daemon could not do: a message it could not
+    take (the attachment goes on), or what ends the attachment (the sandbox
+    went away; ``recv`` raises it next); ``exit``, the last, with ``result``
+    (its output is what came in the events before)."""
+
+    type: str
+    data: bytes = b""
+    result: ExecResult | None = None
+    error: BerthError | None = None
 
 
 @dataclass
@@ -201,6 +260,9 @@ __all__ = [
     "Line",
     "ListResult",
     "Port",
+    "Process",
     "ReadResult",
     "SandboxInfo",
+    "TTY",
+    "TerminalEvent",
 ]
