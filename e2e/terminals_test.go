@@ -88,7 +88,7 @@ func TestTerminal(t *testing.T) {
 	// (An interactive shell drops the rest of a line ^C interrupted: $? is
 	// asked for on the next line.)
 	io("sleep 100\n")
-	time.Sleep(200 * time.Millisecond) // let sleep start: a ^C before it would hit the shell's read
+	waitSleeping(t, d, sb.ID) // a ^C before sleep runs would reach the shell instead
 	io("\x03")
 	io("echo sleep-ended-$?\n")
 	r.until(ctx, "sleep-ended-130")
@@ -329,10 +329,19 @@ func TestShellInTmux(t *testing.T) {
 		}
 	}
 	tmux("send-keys", "-t", "t", "sleep 100", "Enter")
-	time.Sleep(300 * time.Millisecond)
+	waitSleeping(t, d, sb.ID)
 	tmux("send-keys", "-t", "t", "C-c")
 	tmux("send-keys", "-t", "t", "echo after-$?", "Enter")
 	screen("after-130")
 	tmux("send-keys", "-t", "t", "exit 3", "Enter")
 	screen("BERTH-EXIT=3")
+}
+
+// waitSleeping waits until a sleep runs in the sandbox.
+func waitSleeping(t *testing.T, d *daemon, id string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() bool {
+		r, err := d.client.Exec(t.Context(), id, api.ExecRequest{Cmd: []string{"pgrep", "-x", "sleep"}})
+		return err == nil && r.ExitCode == 0
+	})
 }
