@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -202,6 +203,11 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req api.E
 	ls, err := m.guest(ctx, tenant, id)
 	if err != nil {
 		return api.Process{}, err
+	}
+	if (req.TTY != nil || req.OpenStdin) && !slices.Contains(ls.features, guestapi.FeatureTerminals) {
+		// An older guest would ignore them and run the process without.
+		return api.Process{}, errdefs.New(errdefs.NotImplemented,
+			"tty, open_stdin: the guest of sandbox %s predates terminals (a sandbox started by an older berth): stop and start it", id)
 	}
 	before, known := m.oomKills(ctx, ls, id)
 	info, err := ls.guest.Start(ctx, processSpec(m.specOf(ls), req))

@@ -109,6 +109,8 @@ type liveSandbox struct {
 	tier  *tier
 	guest *guestclient.Client
 	spec  api.CreateSandboxRequest
+	// features are what its guest said it can do (guestapi.Feature*).
+	features []string
 	// lastActive is the manager clock's UnixNano of the last activity.
 	lastActive atomic.Int64
 	// streams counts open exec and output streams.
@@ -294,7 +296,8 @@ func (m *Manager) connect(ctx context.Context, id, tenant string, inst *runtime.
 	gc := guestclient.New(id, inst.Token, inst.Dial)
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := gc.Hello(hctx); err != nil {
+	hello, err := gc.Hello(hctx)
+	if err != nil {
 		gc.Close()
 		if inst.Link != nil {
 			inst.Link.File.Close()
@@ -317,7 +320,7 @@ func (m *Manager) connect(ctx context.Context, id, tenant string, inst *runtime.
 			return err
 		}
 	}
-	ls := &liveSandbox{inst: inst, tier: t, guest: gc, spec: spec, hits: hits, net: nsb, layers: layers}
+	ls := &liveSandbox{inst: inst, tier: t, guest: gc, spec: spec, hits: hits, net: nsb, layers: layers, features: hello.Features}
 	ls.lastActive.Store(m.cfg.Now().UnixNano())
 	m.mu.Lock()
 	m.live[id] = ls
