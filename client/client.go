@@ -125,6 +125,29 @@ func (c *Client) request(ctx context.Context, method, path string, query url.Val
 	return c.requestRaw(ctx, method, path, query, body, hdr)
 }
 
+// identify sets the headers every request to the daemon carries: the API
+// key, if any, and the User-Agent.
+func (c *Client) identify(h http.Header) {
+	if c.apiKey != "" {
+		h.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	h.Set("User-Agent", c.userAgent)
+}
+
+// unreachable is the error of a request that got no answer: ctx's own, or
+// unavailable naming the daemon's URL as the user gave it (the *url.Error
+// names the request's URL, which for a unix socket is made up).
+func (c *Client) unreachable(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return errdefs.Wrap(errdefs.Unavailable, err, "berth daemon not reachable at %s", c.display)
+}
+
 // requestRaw sends a request with a raw body (nil for none; its length is
 // taken from a *bytes.Reader, *bytes.Buffer or *strings.Reader, else the
 // body goes chunked) and extra headers.
@@ -143,22 +166,10 @@ func (c *Client) requestRaw(ctx context.Context, method, path string, query url.
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
-	}
-	req.Header.Set("User-Agent", c.userAgent)
+	c.identify(req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		// The *url.Error names the request's URL, which for a unix socket is
-		// made up; the message names the daemon's URL as the user gave it.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, errdefs.Wrap(errdefs.Unavailable, err, "berth daemon not reachable at %s", c.display)
+		return nil, c.unreachable(ctx, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -117,20 +116,10 @@ func (c *Client) DialPort(ctx context.Context, id string, port int, token string
 	if token != "" {
 		req.Header.Set(api.HeaderAccessToken, token)
 	}
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
-	}
-	req.Header.Set("User-Agent", c.userAgent)
+	c.identify(req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, errdefs.Wrap(errdefs.Unavailable, err, "berth daemon not reachable at %s", c.display)
+		return nil, c.unreachable(ctx, err)
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()

@@ -74,10 +74,8 @@ func (c *Client) Attach(ctx context.Context, id string, pid int) (*Terminal, err
 }
 
 func (c *Client) dialTerminal(ctx context.Context, path string) (*Terminal, error) {
-	hdr := http.Header{"User-Agent": {c.userAgent}}
-	if c.apiKey != "" {
-		hdr.Set("Authorization", "Bearer "+c.apiKey)
-	}
+	hdr := http.Header{}
+	c.identify(hdr)
 	u := "ws" + strings.TrimPrefix(c.base, "http") + path
 	ws, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.http, HTTPHeader: hdr,
 		CompressionMode: websocket.CompressionDisabled})

@@ -5,11 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,9 +17,6 @@ import (
 
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
-	"github.com/berthsh/berth/guest"
-	"github.com/berthsh/berth/guest/files"
-	"github.com/berthsh/berth/guest/proc"
 	"github.com/berthsh/berth/guestclient"
 	"github.com/berthsh/berth/runtime/runtimetest"
 )
@@ -355,44 +350,13 @@ func TestPortsOnAnOlderGuest(t *testing.T) {
 	}
 }
 
-// benchGuest serves the real guest protocol on a unix socket for a
-// benchmark (guestOnSocket's, without the stop).
-func benchGuest(b *testing.B) *guestclient.Client {
-	sock := filepath.Join(b.TempDir(), "guest.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	fs, err := files.New(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- guest.Serve(ctx, l, token, proc.NewTable(log, proc.Defaults{}), fs, log) }()
-	c := guestclient.New("sb-bench", token, func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	})
-	b.Cleanup(func() {
-		c.Close()
-		cancel()
-		if err := <-served; err != nil {
-			b.Errorf("serve: %v", err)
-		}
-		fs.Close()
-	})
-	return c
-}
-
 // BenchmarkDialPort1GiB pushes 64 MiB per op through DialPort to a sink
 // listening in the guest's network namespace (push), and pulls 64 MiB per
 // op from a source there (pull): daemon → unix socket → guest → TCP
 // loopback and back. -benchtime=16x moves 1 GiB each way.
 func BenchmarkDialPort1GiB(b *testing.B) {
 	const size = 64 << 20
-	c := benchGuest(b)
+	c, _, _ := guestOnSocket(b)
 	block := make([]byte, 1<<20)
 	sink := serveTCP(b, "127.0.0.1:0", func(c *net.TCPConn) {
 		buf := make([]byte, 256<<10)

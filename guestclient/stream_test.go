@@ -23,7 +23,7 @@ const token = "stream-test-token-0123456789"
 
 // guestOnSocket serves the real guest protocol on a unix socket in a test
 // directory and returns a client of it and the server's stop.
-func guestOnSocket(t *testing.T) (*guestclient.Client, func() error, func(context.Context) (net.Conn, error)) {
+func guestOnSocket(t testing.TB) (*guestclient.Client, func() error, func(context.Context) (net.Conn, error)) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "guest.sock")
 	l, err := net.Listen("unix", sock)
