@@ -191,7 +191,11 @@ func (m *Manager) Start(ctx context.Context) error {
 		if rec.AccessToken == "" && rec.State != statePooled {
 			// A sandbox made before ports gets its token now, so that every
 			// sandbox the API shows has one.
-			if _, err := m.accessToken(ctx, rec.ID, nil); err != nil {
+			token, err := newAccessToken()
+			if err == nil {
+				err = m.store.SetAccessToken(ctx, rec.ID, token)
+			}
+			if err != nil {
 				m.log.Error("give a sandbox its access token", "sandbox", rec.ID, "err", err)
 			}
 		}

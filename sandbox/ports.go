@@ -60,7 +60,8 @@ func normalizePorts(field string, ports []int) ([]int, error) {
 }
 
 // accessToken returns sandbox id's token, from the live sandbox's cache or
-// the store; a sandbox made before ports gets one now.
+// the store (every sandbox has one: made at create, given at daemon start
+// to one older than ports). An empty one would match no request.
 func (m *Manager) accessToken(ctx context.Context, id string, ls *liveSandbox) (string, error) {
 	if ls != nil {
 		if t := ls.token.Load(); t != nil {
@@ -72,15 +73,7 @@ func (m *Manager) accessToken(ctx context.Context, id string, ls *liveSandbox) (
 		return "", err
 	}
 	token := rec.AccessToken
-	if token == "" {
-		if token, err = newAccessToken(); err != nil {
-			return "", err
-		}
-		if err := m.store.SetAccessToken(ctx, id, token); err != nil {
-			return "", err
-		}
-	}
-	if ls != nil {
+	if ls != nil && token != "" {
 		ls.token.Store(&token)
 	}
 	return token, nil
