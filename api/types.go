@@ -89,9 +89,13 @@ type CreateSandboxRequest struct {
 
 // Sandbox is the public view of a sandbox.
 type Sandbox struct {
-	ID        string            `json:"id"`
-	State     string            `json:"state"`
-	Image     string            `json:"image"`
+	ID    string `json:"id"`
+	State string `json:"state"`
+	Image string `json:"image"`
+	// ImageID is the stored image the sandbox is made of (absent for the
+	// host image): the sandbox keeps these files whatever its image's name
+	// points at later.
+	ImageID   string            `json:"image_id,omitempty"`
 	Runtime   string            `json:"runtime"`
 	Env       map[string]string `json:"env,omitempty"`
 	Workdir   string            `json:"workdir"`

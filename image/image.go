@@ -1,27 +1,44 @@
 // Package image resolves an image reference into what a sandbox's root is
 // made of: read-only layers on the host, owned as the sandbox's user mapping
 // wants them, and directories to bind in. The manager puts the result into
-// the runtime.Spec; runtimes never resolve images themselves. Today there is
-// the "host" image; OCI images, the layer store and templates grow here.
+// the runtime.Spec; runtimes never resolve images themselves. There is the
+// built-in "host" image and OCI images pulled from registries or imported
+// from files into a content-addressed layer store.
 package image
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 
-	"github.com/berthsh/berth/errdefs"
+	"github.com/google/go-containerregistry/pkg/authn"
+
+	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/internal/hostpath"
 	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/store"
 )
 
 // Store holds the images of one daemon under its directory.
 type Store struct {
 	dir string
 	log *slog.Logger
+
+	db        *store.Store // OCI images' rows; nil: the host image only
+	insecure  []string
+	keychain  authn.Keychain
+	limits    Limits
+	transport http.RoundTripper
+
+	pulls flights // one pull per reference, one download per layer
+	// gc is held shared by pulls and resolves, exclusively by removes and
+	// prunes: no layer goes while something counts on it.
+	gc sync.RWMutex
 
 	mu    sync.Mutex
 	hosts map[runtime.IDMap]hostImage // the host image, built once per mapping
@@ -30,7 +47,7 @@ type Store struct {
 // New opens the store in dir, making it if needed. Sandboxes' inits open
 // layers by path as unprivileged host uids, so dir and its parents must be
 // searchable by others.
-func New(dir string, log *slog.Logger) (*Store, error) {
+func New(dir string, log *slog.Logger, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
@@ -40,13 +57,26 @@ func New(dir string, log *slog.Logger) (*Store, error) {
 	if err := hostpath.CheckSearchable(dir); err != nil {
 		return nil, fmt.Errorf("image store %s: %w", dir, err)
 	}
-	return &Store{dir: dir, log: log, hosts: map[runtime.IDMap]hostImage{}}, nil
+	s := &Store{dir: dir, log: log, hosts: map[runtime.IDMap]hostImage{}, keychain: authn.DefaultKeychain}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.db != nil {
+		if err := s.openOCI(context.Background()); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
+
+func goarch() string { return goruntime.GOARCH }
 
 // Resolved is an image made ready for one sandbox's user mapping.
 type Resolved struct {
 	Root   runtime.RootFS
 	Mounts []runtime.Mount
+	// Image is the stored image (zero for the host image).
+	Image api.Image
 }
 
 // Resolve returns image ref prepared for sandboxes whose ids map as ids.
@@ -56,7 +86,7 @@ type Resolved struct {
 // sandbox. An unknown reference is invalid_argument naming it.
 func (s *Store) Resolve(ctx context.Context, ref string, ids runtime.IDMap) (Resolved, error) {
 	if ref != Host {
-		return Resolved{}, errdefs.New(errdefs.InvalidArgument, "image %q: the native runtime has only the \"host\" image so far", ref)
+		return s.resolveOCI(ctx, ref, ids)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -70,6 +70,25 @@ func migrations() []string {
 			PRIMARY KEY (sandbox_id, seq)
 		) WITHOUT ROWID;`,
 		`ALTER TABLE sandboxes ADD COLUMN access_token TEXT NOT NULL DEFAULT '';`,
+		`ALTER TABLE sandboxes ADD COLUMN image_id TEXT NOT NULL DEFAULT '';
+		CREATE INDEX sandboxes_image ON sandboxes(image_id) WHERE image_id != '';
+		CREATE TABLE images (
+			id TEXT PRIMARY KEY,
+			config BLOB NOT NULL,
+			layers BLOB NOT NULL,
+			size INTEGER NOT NULL,
+			source TEXT NOT NULL,
+			created_at INTEGER NOT NULL
+		);
+		CREATE TABLE image_names (
+			name TEXT PRIMARY KEY,
+			image_id TEXT NOT NULL REFERENCES images(id) ON DELETE CASCADE
+		);
+		CREATE INDEX image_names_image ON image_names(image_id);
+		CREATE TABLE layers (
+			digest TEXT PRIMARY KEY,
+			size INTEGER NOT NULL
+		);`,
 	}
 }
 
@@ -110,6 +129,9 @@ type Sandbox struct {
 	// AccessToken opens the sandbox's private ports (empty for sandboxes
 	// made before ports: the manager gives them one when first asked).
 	AccessToken string
+	// ImageID pins the stored image the sandbox is made of (empty for the
+	// host image): an image in use cannot be removed.
+	ImageID string
 }
 
 // Open opens the store at path, creating the file (mode 0600) if needed, in
@@ -315,10 +337,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox) error {
 	}
 	return inTx(ctx, s.w, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
-			(id, tenant, state, image, runtime, spec, runtime_state, error, created_at, updated_at, stopped_at, id_range, access_token)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			(id, tenant, state, image, runtime, spec, runtime_state, error, created_at, updated_at, stopped_at, id_range, access_token, image_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.Tenant, sb.State, sb.Image, sb.Runtime, []byte(append(json.RawMessage{}, sb.Spec...)),
-			blob(sb.RuntimeState), sb.Error, created, updated, stopped, sb.IDRange, sb.AccessToken)
+			blob(sb.RuntimeState), sb.Error, created, updated, stopped, sb.IDRange, sb.AccessToken, sb.ImageID)
 		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 			return errdefs.New(errdefs.AlreadyExists, "sandbox %q already exists", sb.ID)
 		}
@@ -350,7 +372,7 @@ func insertLabels(ctx context.Context, tx *sql.Tx, id string, m map[string]strin
 }
 
 const sandboxColumns = `s.id, s.tenant, s.state, s.image, s.runtime, s.spec, s.runtime_state, s.error,
-	s.created_at, s.updated_at, s.stopped_at, s.id_range, s.access_token`
+	s.created_at, s.updated_at, s.stopped_at, s.id_range, s.access_token, s.image_id`
 
 func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var (
@@ -359,7 +381,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 		created, updated, stopped int64
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Image, &sb.Runtime, &spec, &rs, &sb.Error,
-		&created, &updated, &stopped, &sb.IDRange, &sb.AccessToken)
+		&created, &updated, &stopped, &sb.IDRange, &sb.AccessToken, &sb.ImageID)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -626,9 +648,9 @@ func (s *Store) ReplaceSandbox(ctx context.Context, from string, sb Sandbox) err
 	}
 	return inTx(ctx, s.w, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET tenant = ?, state = ?, image = ?, runtime = ?, spec = ?,
-			error = ?, created_at = ?, updated_at = ?, stopped_at = 0, access_token = ? WHERE id = ? AND state = ?`,
+			error = ?, created_at = ?, updated_at = ?, stopped_at = 0, access_token = ?, image_id = ? WHERE id = ? AND state = ?`,
 			sb.Tenant, sb.State, sb.Image, sb.Runtime, []byte(append(json.RawMessage{}, sb.Spec...)), sb.Error,
-			created, updated, sb.AccessToken, sb.ID, from)
+			created, updated, sb.AccessToken, sb.ImageID, sb.ID, from)
 		if err != nil {
 			return fmt.Errorf("replace sandbox %s: %w", sb.ID, err)
 		}

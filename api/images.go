@@ -1,0 +1,85 @@
+package api
+
+import "time"
+
+// Image is a stored image: pulled from a registry, imported from a file or
+// (later) built as a template.
+type Image struct {
+	// ID is the digest of the image's manifest, "sha256:…": a reference
+	// that always means these files.
+	ID string `json:"id"`
+	// Names are the references that resolve to it
+	// ("docker.io/library/python:3.12-slim").
+	Names []string `json:"names,omitempty"`
+	// Size is the bytes of its unpacked layers.
+	Size int64 `json:"size"`
+	// Layers are its layers' digests (of their uncompressed tars), bottom first.
+	Layers []string `json:"layers"`
+	// Source is the reference it was pulled as or the file it came from.
+	Source    string      `json:"source"`
+	CreatedAt time.Time   `json:"created_at"`
+	Config    ImageConfig `json:"config"`
+	// InUse lists the sandboxes made of it (inspect only).
+	InUse []string `json:"in_use,omitempty"`
+	// Notes say what unpacking skipped (device files, extended attributes
+	// that would mean something on the host).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// ImageConfig is what of an image's configuration berth honours: Env,
+// WorkingDir and User are sandboxes' defaults (an exec's own values win);
+// Entrypoint and Cmd run when an exec gives no command.
+type ImageConfig struct {
+	Env          []string          `json:"env,omitempty"`
+	WorkingDir   string            `json:"working_dir,omitempty"`
+	User         string            `json:"user,omitempty"`
+	Entrypoint   []string          `json:"entrypoint,omitempty"`
+	Cmd          []string          `json:"cmd,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	ExposedPorts []string          `json:"exposed_ports,omitempty"`
+	Architecture string            `json:"architecture,omitempty"`
+	OS           string            `json:"os,omitempty"`
+}
+
+// PullImageRequest is the body of POST /v1/images/pull.
+type PullImageRequest struct {
+	// Ref is an image reference: "python:3.12-slim",
+	// "ghcr.io/org/img@sha256:…", "registry.local:5000/team/img:tag".
+	Ref string `json:"ref"`
+}
+
+// PruneImagesRequest is the body of POST /v1/images/prune.
+type PruneImagesRequest struct {
+	// All removes every image no sandbox uses, not only unnamed ones.
+	All bool `json:"all,omitempty"`
+}
+
+// PruneResult says what a prune removed.
+type PruneResult struct {
+	Images     []string `json:"images"`
+	Layers     int      `json:"layers"`
+	FreedBytes int64    `json:"freed_bytes"`
+}
+
+// Pull progress statuses.
+const (
+	PullResolved    = "resolved"    // the manifest is read: Total is the bytes to download
+	PullDownloading = "downloading" // a layer's bytes so far (Current of Total)
+	PullLayerExists = "exists"      // a layer already in the store
+	PullUnpacked    = "unpacked"    // a layer is verified and stored
+	PullDone        = "done"        // the image is stored: Image is set
+	PullError       = "error"       // the pull failed: Error is set
+)
+
+// PullEvent is one line of a pull's NDJSON progress stream (POST
+// /v1/images/pull or /v1/images/import with Accept: application/x-ndjson).
+type PullEvent struct {
+	Status  string `json:"status"`
+	Layer   string `json:"layer,omitempty"`
+	Current int64  `json:"current,omitempty"`
+	Total   int64  `json:"total,omitempty"`
+	// Image is the stored image, with "done".
+	Image *Image `json:"image,omitempty"`
+	// Error is the failure, with "error".
+	Error *Error `json:"error,omitempty"`
+}

@@ -1,0 +1,371 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/runtime"
+)
+
+// resolveOCI prepares stored image ref (an id or a name) for a sandbox:
+// its layers, topmost first, as stored (for a runtime that idmaps them) or
+// as copies owned by the sandbox's range, made once per range and layer.
+func (s *Store) resolveOCI(ctx context.Context, ref string, ids runtime.IDMap) (Resolved, error) {
+	img, err := s.Lookup(ctx, ref)
+	if err != nil {
+		return Resolved{}, err
+	}
+	s.gc.RLock()
+	defer s.gc.RUnlock()
+	layers := make([]string, 0, len(img.Layers))
+	for i := len(img.Layers) - 1; i >= 0; i-- {
+		d := img.Layers[i]
+		dir := s.layerDir(d)
+		if ids.HostID != Unmapped.HostID {
+			if dir, err = s.shifted(ctx, d, ids); err != nil {
+				return Resolved{}, fmt.Errorf("image %s: %w", ref, err)
+			}
+		} else if _, err := os.Stat(dir); err != nil {
+			return Resolved{}, errdefs.New(errdefs.NotFound, "image %s: layer %s is gone from the store (pull the image again): %v", ref, d, err)
+		}
+		layers = append(layers, dir)
+	}
+	if len(layers) == 0 { // an image of no layers: an empty root
+		empty, err := s.emptyLayer(ids)
+		if err != nil {
+			return Resolved{}, err
+		}
+		layers = append(layers, empty)
+	}
+	return Resolved{Root: runtime.RootFS{Image: ref, Layers: layers, IDMapped: ids.HostID == Unmapped.HostID}, Image: img}, nil
+}
+
+// emptyLayer is a directory owned by the range's root, for an image
+// without layers.
+func (s *Store) emptyLayer(ids runtime.IDMap) (string, error) {
+	dir, err := s.shiftedRoot(ids)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "empty")
+	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	return p, os.Lchown(p, int(ids.HostID), int(ids.HostID))
+}
+
+// shiftedRoot is the directory of a range's layer copies: owned by the
+// range's root and closed to everyone else (the copies keep setuid bits).
+func (s *Store) shiftedRoot(ids runtime.IDMap) (string, error) {
+	base := filepath.Join(s.dir, "oci", "shifted")
+	if err := os.MkdirAll(base, 0o711); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(base, 0o711); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(filepath.Dir(base), 0o711); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(base, strconv.FormatUint(uint64(ids.HostID), 10))
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	return dir, os.Lchown(dir, int(ids.HostID), int(ids.HostID))
+}
+
+// shifted returns layer diff copied with every id moved up by ids.HostID:
+// the fallback for a runtime that cannot idmap layers. One copy per range
+// and layer, made once (concurrent callers share the making).
+func (s *Store) shifted(ctx context.Context, diff string, ids runtime.IDMap) (string, error) {
+	root, err := s.shiftedRoot(ids)
+	if err != nil {
+		return "", err
+	}
+	dst := filepath.Join(root, hexOf(diff))
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	err = s.pulls.do(ctx, "shift "+dst, func(context.Context) error {
+		if _, err := os.Stat(dst); err == nil {
+			return nil
+		}
+		tmp := dst + ".tmp"
+		if err := removeAll(tmp); err != nil {
+			return err
+		}
+		if err := shiftCopy(s.layerDir(diff), tmp, int(ids.HostID)); err != nil {
+			removeAll(tmp)
+			return fmt.Errorf("copy layer %s for range %d: %w", diff, ids.HostID, err)
+		}
+		return os.Rename(tmp, dst)
+	})
+	return dst, err
+}
+
+// shiftCopy copies layer src to dst with ids moved up by base: files
+// (hard links kept), directories, symlinks, fifos, whiteouts, modes, times
+// and user.* extended attributes (the opaque marker among them).
+func shiftCopy(src, dst string, base int) error {
+	links := map[uint64]string{} // inode -> first copy, for hard links
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		out := filepath.Join(dst, rel)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		mode := st.Mode & 0o7777
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			if err := os.Mkdir(out, 0o700); err != nil {
+				return err
+			}
+		case unix.S_IFREG:
+			if st.Nlink > 1 {
+				if first, ok := links[st.Ino]; ok {
+					return os.Link(first, out)
+				}
+				links[st.Ino] = out
+			}
+			if err := copyFile(p, out); err != nil {
+				return err
+			}
+		case unix.S_IFLNK:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, out); err != nil {
+				return err
+			}
+		case unix.S_IFCHR, unix.S_IFIFO:
+			if err := unix.Mknod(out, st.Mode, int(st.Rdev)); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+		if err := unix.Lchown(out, base+int(st.Uid), base+int(st.Gid)); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+			if err := unix.Chmod(out, mode); err != nil {
+				return err
+			}
+			if err := copyXattrs(p, out); err != nil {
+				return err
+			}
+		}
+		ts := []unix.Timespec{st.Atim, st.Mtim}
+		return unix.UtimesNanoAt(unix.AT_FDCWD, out, ts, unix.AT_SYMLINK_NOFOLLOW)
+	})
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	// A reflink where the file system has them, else a copy.
+	if err := unix.IoctlFileClone(int(out.Fd()), int(in.Fd())); err != nil {
+		if _, err := out.ReadFrom(in); err != nil {
+			out.Close()
+			return err
+		}
+	}
+	return out.Close()
+}
+
+func copyXattrs(src, dst string) error {
+	buf := make([]byte, 4096)
+	n, err := unix.Llistxattr(src, buf)
+	if err != nil {
+		if errors.Is(err, unix.ENOTSUP) {
+			return nil
+		}
+		return err
+	}
+	for _, name := range splitNul(buf[:n]) {
+		if len(name) < 5 || name[:5] != "user." {
+			continue
+		}
+		v := make([]byte, 64<<10)
+		m, err := unix.Lgetxattr(src, name, v)
+		if err != nil {
+			return err
+		}
+		if err := unix.Lsetxattr(dst, name, v[:m], 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func splitNul(b []byte) []string {
+	var out []string
+	start := 0
+	for i, c := range b {
+		if c == 0 {
+			if i > start {
+				out = append(out, string(b[start:i]))
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+// List returns every stored image, newest first.
+func (s *Store) List(ctx context.Context) ([]api.Image, error) {
+	if s.db == nil {
+		return []api.Image{}, nil
+	}
+	recs, err := s.db.ListImages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Image, 0, len(recs))
+	for _, r := range recs {
+		img, err := toAPI(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, img)
+	}
+	return out, nil
+}
+
+// Inspect returns a stored image with the sandboxes made of it.
+func (s *Store) Inspect(ctx context.Context, ref string) (api.Image, error) {
+	img, err := s.Lookup(ctx, ref)
+	if err != nil {
+		return api.Image{}, err
+	}
+	img.InUse, err = s.db.ImageUsers(ctx, img.ID)
+	return img, err
+}
+
+// Remove removes a name, or an image with its layers that no other image
+// has. A name that is one of several an image has is only untagged; an
+// image (by id, or by its last name) that a sandbox is made of is refused
+// with conflict naming the sandboxes.
+func (s *Store) Remove(ctx context.Context, ref string) (api.PruneResult, error) {
+	img, err := s.Lookup(ctx, ref)
+	if err != nil {
+		return api.PruneResult{}, err
+	}
+	if !isID(ref) {
+		// A name goes alone while other tags remain (names by digest are
+		// not tags: they go with the image).
+		r, _ := s.parseRef(ref)
+		others := 0
+		for _, n := range img.Names {
+			if n != r.Name() && !strings.Contains(n, "@") {
+				others++
+			}
+		}
+		if others > 0 {
+			if err := s.db.Untag(ctx, r.Name()); err != nil {
+				return api.PruneResult{}, err
+			}
+			return api.PruneResult{Images: []string{}}, nil
+		}
+	}
+	s.gc.Lock()
+	defer s.gc.Unlock()
+	if err := s.db.DeleteImage(ctx, img.ID); err != nil {
+		return api.PruneResult{}, err
+	}
+	res := api.PruneResult{Images: []string{img.ID}}
+	err = s.removeUnreferenced(ctx, &res)
+	return res, err
+}
+
+// Prune removes the images no sandbox is made of (with all, named ones
+// too; else only unnamed ones) and the layers no image has left.
+func (s *Store) Prune(ctx context.Context, all bool) (api.PruneResult, error) {
+	res := api.PruneResult{Images: []string{}}
+	if s.db == nil {
+		return res, nil
+	}
+	s.gc.Lock()
+	defer s.gc.Unlock()
+	recs, err := s.db.ListImages(ctx)
+	if err != nil {
+		return res, err
+	}
+	for _, r := range recs {
+		if len(r.Names) > 0 && !all {
+			continue
+		}
+		if err := s.db.DeleteImage(ctx, r.ID); err != nil {
+			if errdefs.IsConflict(err) {
+				continue // in use
+			}
+			return res, err
+		}
+		res.Images = append(res.Images, r.ID)
+	}
+	err = s.removeUnreferenced(ctx, &res)
+	return res, err
+}
+
+// removeUnreferenced removes the layers (and their range copies) that no
+// stored image has: the row first, so that a crash in between leaves a
+// directory without a row, which the next start removes.
+func (s *Store) removeUnreferenced(ctx context.Context, res *api.PruneResult) error {
+	recs, err := s.db.ListImages(ctx)
+	if err != nil {
+		return err
+	}
+	used := map[string]bool{}
+	for _, r := range recs {
+		for _, l := range r.Layers {
+			used[l] = true
+		}
+	}
+	layers, err := s.db.Layers(ctx)
+	if err != nil {
+		return err
+	}
+	copies, _ := filepath.Glob(filepath.Join(s.dir, "oci", "shifted", "*"))
+	for d, size := range layers {
+		if used[d] {
+			continue
+		}
+		if err := s.db.DeleteLayer(ctx, d); err != nil {
+			return err
+		}
+		if err := removeAll(s.layerDir(d)); err != nil {
+			return fmt.Errorf("remove layer %s: %w", d, err)
+		}
+		for _, c := range copies {
+			if err := removeAll(filepath.Join(c, hexOf(d))); err != nil && !errors.Is(err, syscall.ENOENT) {
+				return fmt.Errorf("remove layer copy %s: %w", d, err)
+			}
+		}
+		res.Layers++
+		res.FreedBytes += size
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/berthsh/berth/errdefs"
+)
+
+// Image is a stored image: what the image package unpacked, by id (its
+// manifest's digest), with the names that point at it.
+type Image struct {
+	ID string
+	// Config is the image's OCI configuration as pulled, opaque to the store.
+	Config json.RawMessage
+	// Layers are the digests of its unpacked layers, bottom first.
+	Layers []string
+	// Size is the bytes of its unpacked layers.
+	Size int64
+	// Source is where it came from: the reference it was pulled as, or the
+	// file it was imported from.
+	Source    string
+	CreatedAt time.Time
+	// Names are the references that resolve to it, sorted.
+	Names []string
+}
+
+// PutImage stores img (replacing a row with its id) and points names at
+// it, moving a name that pointed at another image, in one transaction.
+func (s *Store) PutImage(ctx context.Context, img Image, names []string) error {
+	layers, err := json.Marshal(img.Layers)
+	if err != nil {
+		return err
+	}
+	created, err := nanos("created_at", img.CreatedAt)
+	if err != nil {
+		return err
+	}
+	return inTx(ctx, s.w, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO images (id, config, layers, size, source, created_at) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET config = excluded.config, layers = excluded.layers, size = excluded.size`,
+			img.ID, []byte(img.Config), layers, img.Size, img.Source, created)
+		if err != nil {
+			return fmt.Errorf("store image %s: %w", img.ID, err)
+		}
+		for _, n := range names {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO image_names (name, image_id) VALUES (?, ?)
+				ON CONFLICT (name) DO UPDATE SET image_id = excluded.image_id`, n, img.ID); err != nil {
+				return fmt.Errorf("name image %s %s: %w", img.ID, n, err)
+			}
+		}
+		return nil
+	})
+}
+
+func imageNotFound(ref string) error {
+	return errdefs.New(errdefs.NotFound, "image %q not found (berth image pull %s)", ref, ref)
+}
+
+// ImageByName returns the image name points at: not_found if none.
+func (s *Store) ImageByName(ctx context.Context, name string) (Image, error) {
+	var id string
+	err := s.r.QueryRowContext(ctx, `SELECT image_id FROM image_names WHERE name = ?`, name).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Image{}, imageNotFound(name)
+	}
+	if err != nil {
+		return Image{}, fmt.Errorf("find image %s: %w", name, err)
+	}
+	return s.GetImage(ctx, id)
+}
+
+// GetImage returns image id: not_found if absent.
+func (s *Store) GetImage(ctx context.Context, id string) (Image, error) {
+	imgs, err := s.images(ctx, `WHERE i.id = ?`, id)
+	if err != nil {
+		return Image{}, err
+	}
+	if len(imgs) == 0 {
+		return Image{}, imageNotFound(id)
+	}
+	return imgs[0], nil
+}
+
+// ListImages returns every stored image, newest first.
+func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
+	return s.images(ctx, ``)
+}
+
+func (s *Store) images(ctx context.Context, where string, args ...any) ([]Image, error) {
+	out := []Image{}
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT i.id, i.config, i.layers, i.size, i.source, i.created_at,
+			COALESCE((SELECT group_concat(n.name, char(10)) FROM image_names n WHERE n.image_id = i.id), '')
+			FROM images i `+where+` ORDER BY i.created_at DESC, i.id`, args...)
+		if err != nil {
+			return fmt.Errorf("list images: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				img            Image
+				config, layers []byte
+				created        int64
+				names          string
+			)
+			if err := rows.Scan(&img.ID, &config, &layers, &img.Size, &img.Source, &created, &names); err != nil {
+				return fmt.Errorf("list images: %w", err)
+			}
+			img.Config = config
+			if err := json.Unmarshal(layers, &img.Layers); err != nil {
+				return fmt.Errorf("image %s: layers: %w", img.ID, err)
+			}
+			img.CreatedAt = fromNanos(created)
+			if names != "" {
+				img.Names = strings.Split(names, "\n")
+				sort.Strings(img.Names)
+			}
+			out = append(out, img)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// ImageUsers lists the sandboxes made of image id.
+func (s *Store) ImageUsers(ctx context.Context, id string) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM sandboxes WHERE image_id = ? ORDER BY id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("image users: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var sid string
+		if err := rows.Scan(&sid); err != nil {
+			return nil, fmt.Errorf("image users: %w", err)
+		}
+		ids = append(ids, sid)
+	}
+	return ids, rows.Err()
+}
+
+// Untag removes name from the image it points at; the image stays.
+func (s *Store) Untag(ctx context.Context, name string) error {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM image_names WHERE name = ?`, name)
+	if err != nil {
+		return fmt.Errorf("untag %s: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return imageNotFound(name)
+	}
+	return nil
+}
+
+// DeleteImage removes image id and its names, unless a sandbox is made of
+// it: conflict naming them. The check and the delete are one
+// transaction, so no sandbox row can come to use the image in between.
+func (s *Store) DeleteImage(ctx context.Context, id string) error {
+	return inTx(ctx, s.w, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM sandboxes WHERE image_id = ? ORDER BY id LIMIT 11`, id)
+		if err != nil {
+			return fmt.Errorf("delete image %s: %w", id, err)
+		}
+		var users []string
+		for rows.Next() {
+			var sid string
+			if err := rows.Scan(&sid); err != nil {
+				rows.Close()
+				return fmt.Errorf("delete image %s: %w", id, err)
+			}
+			users = append(users, sid)
+		}
+		rows.Close()
+		if len(users) > 0 {
+			more := ""
+			if len(users) > 10 {
+				users, more = users[:10], ", …"
+			}
+			return errdefs.New(errdefs.Conflict, "image %s is in use by sandboxes %s%s: delete them first", id, strings.Join(users, ", "), more)
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM images WHERE id = ?`, id)
+		if err != nil {
+			return fmt.Errorf("delete image %s: %w", id, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return imageNotFound(id)
+		}
+		return nil
+	})
+}
+
+// Layers returns the stored layers' sizes by digest.
+func (s *Store) Layers(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT digest, size FROM layers`)
+	if err != nil {
+		return nil, fmt.Errorf("list layers: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			d string
+			n int64
+		)
+		if err := rows.Scan(&d, &n); err != nil {
+			return nil, fmt.Errorf("list layers: %w", err)
+		}
+		out[d] = n
+	}
+	return out, rows.Err()
+}
+
+// LayerSize returns a stored layer's size: not_found if it is not stored.
+func (s *Store) LayerSize(ctx context.Context, digest string) (int64, error) {
+	var n int64
+	err := s.r.QueryRowContext(ctx, `SELECT size FROM layers WHERE digest = ?`, digest).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, errdefs.New(errdefs.NotFound, "layer %s not found", digest)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("layer %s: %w", digest, err)
+	}
+	return n, nil
+}
+
+// PutLayer records a layer unpacked into the store.
+func (s *Store) PutLayer(ctx context.Context, digest string, size int64) error {
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO layers (digest, size) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING`, digest, size); err != nil {
+		return fmt.Errorf("record layer %s: %w", digest, err)
+	}
+	return nil
+}
+
+// DeleteLayer forgets a layer.
+func (s *Store) DeleteLayer(ctx context.Context, digest string) error {
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM layers WHERE digest = ?`, digest); err != nil {
+		return fmt.Errorf("forget layer %s: %w", digest, err)
+	}
+	return nil
+}
