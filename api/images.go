@@ -83,3 +83,24 @@ type PullEvent struct {
 	// Error is the failure, with "error".
 	Error *Error `json:"error,omitempty"`
 }
+
+// Pool is a warm pool: sandboxes of one image booted ahead of time, so a
+// create of that image is a hand-over (GET /v1/pools, PUT /v1/pools).
+type Pool struct {
+	Image   string `json:"image"`
+	Runtime string `json:"runtime,omitempty"`
+	// Size is how many the pool keeps ready; 0 in a PUT removes the pool.
+	Size int `json:"size"`
+	// Ready is how many are ready now.
+	Ready int `json:"ready"`
+}
+
+// ListImagesResponse is the body of GET /v1/images and of an import.
+type ListImagesResponse struct {
+	Images []Image `json:"images"`
+}
+
+// ListPoolsResponse is the body of GET /v1/pools.
+type ListPoolsResponse struct {
+	Pools []Pool `json:"pools"`
+}

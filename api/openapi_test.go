@@ -54,6 +54,16 @@ var schemaTypes = map[string]reflect.Type{
 	"EgressRecord":        reflect.TypeFor[EgressRecord](),
 	"ListEgressResponse":  reflect.TypeFor[ListEgressResponse](),
 	"EgressSummary":       reflect.TypeFor[EgressSummary](),
+	// The images' types (images.go).
+	"Image":              reflect.TypeFor[Image](),
+	"ImageConfig":        reflect.TypeFor[ImageConfig](),
+	"PullImageRequest":   reflect.TypeFor[PullImageRequest](),
+	"PruneImagesRequest": reflect.TypeFor[PruneImagesRequest](),
+	"PruneResult":        reflect.TypeFor[PruneResult](),
+	"PullEvent":          reflect.TypeFor[PullEvent](),
+	"Pool":               reflect.TypeFor[Pool](),
+	"ListImagesResponse": reflect.TypeFor[ListImagesResponse](),
+	"ListPoolsResponse":  reflect.TypeFor[ListPoolsResponse](),
 	// The ports' types (ports.go).
 	"Port":                reflect.TypeFor[Port](),
 	"ListPortsResponse":   reflect.TypeFor[ListPortsResponse](),
@@ -98,6 +108,14 @@ var schemaTypes = map[string]reflect.Type{
 var wantRoutes = []Route{
 	{"GET", "/healthz"},
 	{"GET", "/metrics"},
+	{"GET", "/v1/images"},
+	{"POST", "/v1/images/import"},
+	{"POST", "/v1/images/prune"},
+	{"POST", "/v1/images/pull"},
+	{"DELETE", "/v1/images/{ref}"},
+	{"GET", "/v1/images/{ref}"},
+	{"GET", "/v1/pools"},
+	{"PUT", "/v1/pools"},
 	{"GET", "/v1/runtimes"},
 	{"GET", "/v1/sandboxes"},
 	{"POST", "/v1/sandboxes"},
@@ -164,10 +182,11 @@ var enumConsts = []struct{ schema, property, member string }{
 	{"WatchEvent", "type", "WatchCreate"},
 	{"Network", "mode", "NetworkNone"},
 	{"EgressRecord", "proto", "EgressDNS"},
+	{"PullEvent", "status", "PullResolved"},
 }
 
 // typeFiles are the files that declare the API's wire types.
-var typeFiles = []string{"types.go", "files.go", "network.go", "ports.go", "terminals.go"}
+var typeFiles = []string{"types.go", "files.go", "network.go", "ports.go", "terminals.go", "images.go"}
 
 // declaredStructs returns the exported struct types of typeFiles.
 func declaredStructs(t *testing.T) map[string]*ast.TypeSpec {
@@ -867,8 +886,8 @@ func TestOperations(t *testing.T) {
 						t.Errorf("%s: %s without content", where, code)
 					}
 					if s := content["application/x-ndjson"]; s != nil {
-						if ref := at(s, "schema", "$ref"); ref != schemaPrefix+"ExecEvent" && ref != schemaPrefix+"WatchEvent" && ref != schemaPrefix+"EgressRecord" {
-							t.Errorf("%s: NDJSON items are %v, want ExecEvent, WatchEvent or EgressRecord", where, ref)
+						if ref := at(s, "schema", "$ref"); ref != schemaPrefix+"ExecEvent" && ref != schemaPrefix+"WatchEvent" && ref != schemaPrefix+"EgressRecord" && ref != schemaPrefix+"PullEvent" {
+							t.Errorf("%s: NDJSON items are %v, want ExecEvent, WatchEvent, EgressRecord or PullEvent", where, ref)
 						}
 					}
 					if s := content["text/event-stream"]; s != nil {

@@ -50,6 +50,7 @@ func AddCommands(root *cobra.Command) {
 		cpCommand(connect), fsCommand(connect), runtimesCommand(connect),
 		networkCommand(connect), secretCommand(connect), egressCommand(connect),
 		portsCommand(connect), portForwardCommand(connect), shellCommand(connect), attachCommand(connect), accessTokenCommand(connect),
+		imageCommand(connect), poolCommand(connect),
 	)
 }
 
@@ -71,7 +72,7 @@ type createFlags struct {
 
 func (f *createFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.image, "image", "", "image (default host)")
+	fl.StringVar(&f.image, "image", "", "image: host (the default), an OCI reference such as python:3.12-slim (pulled if need be), or an image id")
 	fl.StringVar(&f.runtime, "runtime", "", "runtime, the isolation tier (default: the daemon's; see berth runtimes)")
 	fl.StringArrayVarP(&f.labels, "label", "l", nil, "label k=v (repeatable)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V (repeatable)")

@@ -62,6 +62,12 @@ type Config struct {
 	DefaultTimeouts sandbox.TimeoutDefaults
 	// WarmPool is how many default sandboxes are kept booted ahead of time.
 	WarmPool int
+	// WarmPools are pools of other images, by image reference.
+	WarmPools map[string]int
+	// InsecureRegistries are registries (host[:port]) spoken to over plain
+	// HTTP. Credentials for private ones come from the daemon's Docker
+	// configuration ($DOCKER_CONFIG/config.json and credential helpers).
+	InsecureRegistries []string
 	// ExecOutputBudget bounds the output plain execs hold in the daemon
 	// together (sandbox.DefaultExecOutputBudget when zero).
 	ExecOutputBudget int64
@@ -137,7 +143,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	d.Store = st
 	d.closers = append(d.closers, st.Close)
 
-	images, err := image.New(filepath.Join(cfg.StateDir, "images"), log.With("subsystem", "image"))
+	images, err := image.New(filepath.Join(cfg.StateDir, "images"), log.With("subsystem", "image"),
+		image.WithCatalog(st), image.WithInsecureRegistries(cfg.InsecureRegistries))
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +202,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		}
 	}
 	m, err = sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, Unavailable: unavailable, IDMap: cfg.IDMap,
-		DefaultLimits: cfg.DefaultLimits, DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool,
+		DefaultLimits: cfg.DefaultLimits, DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool, WarmPools: cfg.WarmPools,
 		ExecOutputBudget: cfg.ExecOutputBudget, DefaultNetwork: cfg.Network.Default,
 		Network: netSvc, NetworkUnavailable: noNet}, st, d.Runtimes, images, log)
 	if err != nil {
@@ -215,7 +222,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	}
 	proxy := ports.New(ports.Config{Domain: cfg.Domain, Log: log}, m)
 	d.closers = append(d.closers, func() error { proxy.Close(); return nil })
-	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics, server.WithPortsDomain(cfg.Domain)), proxy)
+	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics, server.WithPortsDomain(cfg.Domain)), server.ImagesAPI(images, m), proxy)
 	return d, nil
 }
 

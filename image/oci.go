@@ -67,10 +67,11 @@ func WithLimits(l Limits) Option { return func(s *Store) { s.limits = l } }
 // WithTransport sets the HTTP transport to registries (tests count requests).
 func WithTransport(t http.RoundTripper) Option { return func(s *Store) { s.transport = t } }
 
-// Progress receives a pull's progress; it must not block.
-type Progress func(api.PullEvent)
+// Progress receives a pull's progress; it must not block. It may be
+// called from another goroutine than the pull's caller.
+type Progress = func(api.PullEvent)
 
-func (p Progress) send(ev api.PullEvent) {
+func send(p Progress, ev api.PullEvent) {
 	if p != nil {
 		p(ev)
 	}
@@ -334,7 +335,7 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, names []string, so
 			total += n
 		}
 	}
-	progress.send(api.PullEvent{Status: api.PullResolved, Total: total})
+	send(progress, api.PullEvent{Status: api.PullResolved, Total: total})
 	b := &budget{lim: s.limits.withDefaults(), dir: s.layersDir()}
 	rec := store.Image{ID: id, Config: rawConfig, Source: source, CreatedAt: time.Now().UTC()}
 	var notes []string
@@ -345,7 +346,7 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, names []string, so
 		}
 		size, ok := known[diff]
 		if ok {
-			progress.send(api.PullEvent{Status: api.PullLayerExists, Layer: diff})
+			send(progress, api.PullEvent{Status: api.PullLayerExists, Layer: diff})
 			b.bytes += size
 		} else {
 			var u unpacked
@@ -361,7 +362,7 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, names []string, so
 				return api.Image{}, err
 			}
 			notes = append(notes, u.notes...)
-			progress.send(api.PullEvent{Status: api.PullUnpacked, Layer: diff, Total: size})
+			send(progress, api.PullEvent{Status: api.PullUnpacked, Layer: diff, Total: size})
 		}
 		rec.Layers = append(rec.Layers, diff)
 		rec.Size += size

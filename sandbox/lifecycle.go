@@ -123,7 +123,7 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	spec, err := m.resolve(ctx, id, rec.IDRange, req)
+	spec, err := m.resolve(ctx, id, rec.IDRange, req, imageRef(rec))
 	if err != nil {
 		return err
 	}

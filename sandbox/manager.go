@@ -48,6 +48,9 @@ type Config struct {
 	// WarmPool is how many sandboxes of the default image and runtime are
 	// kept booted ahead of time, so that a create is a hand-over (0: none).
 	WarmPool int
+	// WarmPools are pools of other images (on the default runtime), by
+	// image reference.
+	WarmPools map[string]int
 	// SweepInterval is how often timeouts are checked (default 1s).
 	SweepInterval time.Duration
 	// Now is the manager's clock (default time.Now); tests inject one.
@@ -69,6 +72,8 @@ const DefaultExecOutputBudget = 512 << 20
 
 // Images resolves image references into root file systems (image.Store).
 type Images interface {
+	// Ensure finds a stored image by reference, pulling it if need be.
+	Ensure(ctx context.Context, ref string) (api.Image, error)
 	Resolve(ctx context.Context, ref string, ids runtime.IDMap) (image.Resolved, error)
 }
 
@@ -95,7 +100,7 @@ type Manager struct {
 
 	ops    keyedMutex // one lifecycle operation at a time per sandbox
 	goc    keyedMutex // one get-or-create at a time per tenant and label set
-	pool   pool       // warm sandboxes for hand-over
+	pool   pools      // warm sandboxes for hand-over
 	events eventBus   // per-sandbox event subscribers
 
 	ctx    context.Context // ends watchers at Close
@@ -169,7 +174,7 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, image
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{cfg: cfg, store: st, tiers: tiers, images: images, log: log, live: map[string]*liveSandbox{},
-		ctx: ctx, cancel: cancel, pool: pool{size: cfg.WarmPool}, outputs: budget{size: cfg.ExecOutputBudget},
+		ctx: ctx, cancel: cancel, outputs: budget{size: cfg.ExecOutputBudget},
 		ranges: newIDRanges(cfg.IDMap.Ranges()), net: cfg.Network}
 	m.egress = newEgressLog(st, log, func(id string, rec api.EgressRecord) {
 		m.emit(id, api.EgressDenied, func(ev *api.SandboxEvent) { ev.Egress = &rec })
@@ -386,7 +391,7 @@ func (m *Manager) Close() {
 
 // Create makes a sandbox and waits until its guest answers.
 func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandboxRequest) (api.Sandbox, error) {
-	req, err := m.normalize(req)
+	req, imageID, err := m.normalize(ctx, req)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -394,14 +399,14 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 		return api.Sandbox{}, err
 	}
 	var sb api.Sandbox
-	if id, ok := m.takePooled(req); ok {
-		if sb, err = m.claim(ctx, tenant, id, req); err != nil {
+	if id, ok := m.takePooled(req, imageID); ok {
+		if sb, err = m.claim(ctx, tenant, id, req, imageID); err != nil {
 			m.log.Warn("warm pool hand-over failed; booting a new sandbox", "sandbox", id, "err", err)
 			m.discard(context.Background(), id)
 		}
 	}
 	if sb.ID == "" {
-		if sb, _, err = m.boot(ctx, tenant, api.StateRunning, req); err != nil {
+		if sb, _, err = m.boot(ctx, tenant, api.StateRunning, req, imageID); err != nil {
 			return api.Sandbox{}, err
 		}
 	}
@@ -439,8 +444,9 @@ func (m *Manager) runStartCmd(ctx context.Context, id string, spec api.CreateSan
 // boot makes a new sandbox from a normalized request: the resolved spec, its
 // row (creating, or pooled for the warm pool), the runtime's sandbox and the
 // guest connection, then the row in state running (a pooled row stays
-// pooled). A failure at any step undoes the earlier ones.
-func (m *Manager) boot(ctx context.Context, tenant, state string, req api.CreateSandboxRequest) (api.Sandbox, string, error) {
+// pooled). A failure at any step undoes the earlier ones. imageID pins the
+// stored image req names ("" for the host image).
+func (m *Manager) boot(ctx context.Context, tenant, state string, req api.CreateSandboxRequest, imageID string) (api.Sandbox, string, error) {
 	t, err := m.tier(req.Runtime)
 	if err != nil {
 		return api.Sandbox{}, "", err
@@ -465,7 +471,7 @@ func (m *Manager) boot(ctx context.Context, tenant, state string, req api.Create
 	}
 	now := m.cfg.Now().UTC()
 	rec := store.Sandbox{ID: id, Tenant: tenant, State: api.StateCreating, Image: req.Image, Runtime: req.Runtime,
-		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now, IDRange: idRange, AccessToken: token}
+		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now, IDRange: idRange, AccessToken: token, ImageID: imageID}
 	if state == statePooled {
 		rec.State = statePooled // a crash before the end is cleaned up like a creating one
 	}
@@ -479,7 +485,7 @@ func (m *Manager) boot(ctx context.Context, tenant, state string, req api.Create
 		return api.Sandbox{}, "", err
 	}
 	// After the row: a networked sandbox's CA is stored with it.
-	spec, err := m.resolve(ctx, id, idRange, req)
+	spec, err := m.resolve(ctx, id, idRange, req, imageRef(rec))
 	if err != nil {
 		return fail(err)
 	}
@@ -663,7 +669,7 @@ func notRunning(rec store.Status) error {
 
 func toAPI(rec store.Sandbox, spec api.CreateSandboxRequest) api.Sandbox {
 	sb := api.Sandbox{
-		ID: rec.ID, State: rec.State, Image: rec.Image, Runtime: rec.Runtime, Env: spec.Env,
+		ID: rec.ID, State: rec.State, Image: rec.Image, ImageID: rec.ImageID, Runtime: rec.Runtime, Env: spec.Env,
 		Workdir: spec.Workdir, User: spec.User, Labels: rec.Labels, Limits: spec.Limits,
 		Timeouts: spec.Timeouts, Network: networkOf(spec), CreatedAt: rec.CreatedAt, Error: rec.Error,
 		PublicPorts: spec.PublicPorts, AccessToken: rec.AccessToken, StartCmd: spec.StartCmd,

@@ -27,6 +27,10 @@ import (
 // for, as the image package would.
 type staticImages struct{}
 
+func (staticImages) Ensure(_ context.Context, ref string) (api.Image, error) {
+	return api.Image{}, errdefs.New(errdefs.NotFound, "image %q: no such image here", ref)
+}
+
 func (staticImages) Resolve(_ context.Context, ref string, ids runtime.IDMap) (image.Resolved, error) {
 	if ref != image.Host {
 		return image.Resolved{}, errdefs.New(errdefs.InvalidArgument, "image %q: no such image here", ref)
@@ -269,7 +273,7 @@ func TestFailedCreatesLeaveNothing(t *testing.T) {
 		}
 	}
 	_, err := w.m.Create(ctx, "", api.CreateSandboxRequest{Image: "python:3.12"})
-	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `"python:3.12"`) {
+	if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), `"python:3.12"`) {
 		t.Fatalf("unknown image: %v", err)
 	}
 	if len(calls(w.rt, "create")) != 0 {
@@ -305,7 +309,7 @@ func TestCapabilitiesAreChecked(t *testing.T) {
 	caps.Missing = map[string]string{"stop_start": "the fake keeps no files", "disk_bytes": "no loop devices here"}
 	w := newFakeWorld(t, caps, Config{WarmPool: 1})
 	ctx := t.Context()
-	if w.m.pool.size != 0 {
+	if len(w.m.Pools()) != 0 {
 		t.Fatal("a warm pool on a runtime that cannot change limits of a running sandbox")
 	}
 	sb, err := w.m.Create(ctx, "", api.CreateSandboxRequest{})
@@ -390,9 +394,11 @@ func TestWarmPoolHandsOver(t *testing.T) {
 }
 
 func (m *Manager) pooled() int {
-	m.pool.mu.Lock()
-	defer m.pool.mu.Unlock()
-	return len(m.pool.ready)
+	n := 0
+	for _, p := range m.Pools() {
+		n += p.Ready
+	}
+	return n
 }
 
 func waitFor(t *testing.T, cond func() bool) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -17,108 +18,216 @@ import (
 // owned by no tenant, invisible to the API until a create claims it.
 const statePooled = "pooled"
 
-// pool keeps sandboxes of one image and runtime (the daemon's defaults)
-// booted ahead of time, so that a create of them is a hand-over instead of
-// a boot.
-type pool struct {
-	size  int
-	image string // what the pooled sandboxes are made of
-	rt    string
-	mu    sync.Mutex
-	ready []string      // ids, oldest first
-	kick  chan struct{} // wakes the refiller
+// A warm pool keeps sandboxes of one image and runtime booted ahead of
+// time, so that a create of them is a hand-over instead of a boot. The
+// daemon has one for its default image (Config.WarmPool) and one for each
+// image in Config.WarmPools or set through SetPool. A create matches a pool
+// by the stored image it resolves to, so "python:3.12-slim" and
+// "docker.io/library/python:3.12-slim" share one, and a name that moved to
+// a new image stops matching sandboxes made of the old one.
+type pools struct {
+	mu  sync.Mutex
+	all map[string]*pool // by image reference as configured
 }
 
-// startPool starts the refiller when a pool is configured.
+type pool struct {
+	image, rt string
+	size      int
+	ready     []pooled // oldest first
+	kick      chan struct{} // wakes the refiller
+	stop      context.CancelFunc
+}
+
+// pooled is a booted sandbox waiting for a create.
+type pooled struct {
+	id, imageID string
+}
+
+// startPool starts the refillers of the configured pools.
 func (m *Manager) startPool() {
-	m.pool.kick = make(chan struct{}, 1)
-	m.pool.image, m.pool.rt = m.cfg.DefaultImage, m.cfg.DefaultRuntime
-	if m.pool.size == 0 {
+	m.pool.all = map[string]*pool{}
+	if m.cfg.WarmPool > 0 {
+		m.setPool(m.cfg.DefaultImage, m.cfg.WarmPool)
+	}
+	for img, n := range m.cfg.WarmPools {
+		m.setPool(img, n)
+	}
+}
+
+// SetPool keeps size sandboxes of img (on the default runtime) booted; 0
+// removes the pool and deletes its sandboxes.
+func (m *Manager) SetPool(ctx context.Context, img string, size int) (api.Pool, error) {
+	if img == "" {
+		return api.Pool{}, errdefs.New(errdefs.InvalidArgument, "image: required")
+	}
+	if size < 0 || size > maxPool {
+		return api.Pool{}, errdefs.New(errdefs.InvalidArgument, "size: %d is outside 0..%d", size, maxPool)
+	}
+	if size > 0 {
+		if _, _, err := m.normalize(ctx, api.CreateSandboxRequest{Image: img}); err != nil {
+			return api.Pool{}, err
+		}
+		if _, err := m.tiers[m.cfg.DefaultRuntime].updater(); err != nil {
+			return api.Pool{}, err
+		}
+	}
+	m.setPool(img, size)
+	for _, p := range m.Pools() {
+		if p.Image == img {
+			return p, nil
+		}
+	}
+	return api.Pool{Image: img, Runtime: m.cfg.DefaultRuntime}, nil
+}
+
+// maxPool bounds one pool.
+const maxPool = 256
+
+func (m *Manager) setPool(img string, size int) {
+	m.pool.mu.Lock()
+	p := m.pool.all[img]
+	if p != nil && size > 0 {
+		p.size = size
+		m.pool.mu.Unlock()
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if p == nil && size == 0 {
+		m.pool.mu.Unlock()
+		return
+	}
+	if p != nil { // size 0: the pool goes
+		delete(m.pool.all, img)
+		p.stop()
+		ready := p.ready
+		p.ready = nil
+		m.pool.mu.Unlock()
+		for _, r := range ready {
+			m.discard(context.Background(), r.id)
+		}
 		return
 	}
 	// A hand-over applies the request's limits to a running sandbox.
-	if _, err := m.tiers[m.pool.rt].updater(); err != nil {
-		m.log.Warn("warm pool off", "runtime", m.pool.rt, "why", errdefs.Message(err))
-		m.pool.size = 0
+	if _, err := m.tiers[m.cfg.DefaultRuntime].updater(); err != nil {
+		m.pool.mu.Unlock()
+		m.log.Warn("warm pool off", "runtime", m.cfg.DefaultRuntime, "image", img, "why", errdefs.Message(err))
 		return
 	}
+	ctx, stop := context.WithCancel(m.ctx)
+	p = &pool{image: img, rt: m.cfg.DefaultRuntime, size: size, kick: make(chan struct{}, 1), stop: stop}
+	m.pool.all[img] = p
+	m.pool.mu.Unlock()
 	m.wg.Add(1)
-	go m.refiller()
+	go m.refiller(ctx, p)
 }
 
-// refiller boots sandboxes until the pool is full, then waits for a take.
-func (m *Manager) refiller() {
+// Pools lists the warm pools.
+func (m *Manager) Pools() []api.Pool {
+	m.pool.mu.Lock()
+	defer m.pool.mu.Unlock()
+	out := make([]api.Pool, 0, len(m.pool.all))
+	for _, p := range m.pool.all {
+		out = append(out, api.Pool{Image: p.image, Runtime: p.rt, Size: p.size, Ready: len(p.ready)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Image < out[j].Image })
+	return out
+}
+
+// refiller boots sandboxes until its pool is full, then waits for a take.
+// A failure (a registry that is down) is retried, less often each time.
+func (m *Manager) refiller(ctx context.Context, p *pool) {
 	defer m.wg.Done()
+	backoff := time.Second
 	for {
-		for m.poolShort() {
-			if err := m.fillOne(m.ctx); err != nil {
-				if m.ctx.Err() != nil {
+		for m.poolShort(p) {
+			if err := m.fillOne(ctx, p); err != nil {
+				if ctx.Err() != nil {
 					return
 				}
-				m.log.Warn("warm pool: boot failed", "err", err)
+				m.log.Warn("warm pool: boot failed", "image", p.image, "err", err, "retry_in", backoff)
 				select {
-				case <-m.ctx.Done():
+				case <-ctx.Done():
 					return
-				case <-time.After(time.Second):
+				case <-time.After(backoff):
 				}
+				backoff = min(2*backoff, 30*time.Second)
+				continue
 			}
+			backoff = time.Second
 		}
 		select {
-		case <-m.ctx.Done():
+		case <-ctx.Done():
 			return
-		case <-m.pool.kick:
+		case <-p.kick:
 		}
 	}
 }
 
-func (m *Manager) poolShort() bool {
+func (m *Manager) poolShort(p *pool) bool {
 	m.pool.mu.Lock()
 	defer m.pool.mu.Unlock()
-	return len(m.pool.ready) < m.pool.size
+	return len(p.ready) < p.size
 }
 
-// fillOne boots one pooled sandbox with the daemon's defaults.
-func (m *Manager) fillOne(ctx context.Context) error {
-	req, err := m.normalize(api.CreateSandboxRequest{Image: m.pool.image, Runtime: m.pool.rt})
+// fillOne boots one pooled sandbox of p's image with the daemon's defaults.
+func (m *Manager) fillOne(ctx context.Context, p *pool) error {
+	req, imageID, err := m.normalize(ctx, api.CreateSandboxRequest{Image: p.image, Runtime: p.rt})
 	if err != nil {
 		return err
 	}
 	if err := m.normalizeRequestNetwork(ctx, "", &req); err != nil {
 		return err
 	}
-	_, id, err := m.boot(ctx, "", statePooled, req)
+	_, id, err := m.boot(ctx, "", statePooled, req, imageID)
 	if err != nil {
 		return fmt.Errorf("warm pool: %w", err)
 	}
 	m.pool.mu.Lock()
-	m.pool.ready = append(m.pool.ready, id)
+	if m.pool.all[p.image] == p {
+		p.ready = append(p.ready, pooled{id: id, imageID: imageID})
+		id = ""
+	}
 	m.pool.mu.Unlock()
+	if id != "" { // the pool went meanwhile
+		m.discard(context.Background(), id)
+	}
 	return nil
 }
 
-// takePooled hands out a pooled sandbox for req, if req fits the pool.
-func (m *Manager) takePooled(req api.CreateSandboxRequest) (string, bool) {
+// takePooled hands out a pooled sandbox for req (made of imageID), if a
+// pool has one.
+func (m *Manager) takePooled(req api.CreateSandboxRequest, imageID string) (string, bool) {
 	// A disk limit is a file system made at create: pooled sandboxes have none.
-	if m.pool.size == 0 || req.Image != m.pool.image || req.Runtime != m.pool.rt || req.Limits.DiskBytes != 0 {
+	if req.Limits.DiskBytes != 0 {
 		return "", false
 	}
 	m.pool.mu.Lock()
 	defer m.pool.mu.Unlock()
-	if len(m.pool.ready) == 0 {
-		return "", false
+	for _, p := range m.pool.all {
+		if p.rt != req.Runtime {
+			continue
+		}
+		for i, r := range p.ready {
+			if r.imageID != imageID || (imageID == "" && p.image != req.Image) {
+				continue
+			}
+			p.ready = append(p.ready[:i:i], p.ready[i+1:]...)
+			select {
+			case p.kick <- struct{}{}:
+			default:
+			}
+			return r.id, true
+		}
 	}
-	id := m.pool.ready[0]
-	m.pool.ready = m.pool.ready[1:]
-	select {
-	case m.pool.kick <- struct{}{}:
-	default:
-	}
-	return id, true
+	return "", false
 }
 
 // claim turns pooled sandbox id into the tenant's sandbox for req: limits,
 // then the store row (spec, labels, owner, creation time) in one step.
-func (m *Manager) claim(ctx context.Context, tenant, id string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+func (m *Manager) claim(ctx context.Context, tenant, id string, req api.CreateSandboxRequest, imageID string) (api.Sandbox, error) {
 	unlock := m.ops.lock(id)
 	defer unlock()
 	t, err := m.tier(req.Runtime)
@@ -154,7 +263,7 @@ func (m *Manager) claim(ctx context.Context, tenant, id string, req api.CreateSa
 	}
 	now := m.cfg.Now().UTC()
 	rec := store.Sandbox{ID: id, Tenant: tenant, State: api.StateRunning, Image: req.Image, Runtime: req.Runtime,
-		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now, AccessToken: token}
+		Spec: specJSON, Labels: req.Labels, CreatedAt: now, UpdatedAt: now, AccessToken: token, ImageID: imageID}
 	m.mu.Lock()
 	ls.spec = req
 	m.mu.Unlock()
@@ -171,10 +280,12 @@ func (m *Manager) claim(ctx context.Context, tenant, id string, req api.CreateSa
 // shutdown).
 func (m *Manager) discard(ctx context.Context, id string) {
 	m.pool.mu.Lock()
-	for i, r := range m.pool.ready {
-		if r == id {
-			m.pool.ready = append(m.pool.ready[:i], m.pool.ready[i+1:]...)
-			break
+	for _, p := range m.pool.all {
+		for i, r := range p.ready {
+			if r.id == id {
+				p.ready = append(p.ready[:i:i], p.ready[i+1:]...)
+				break
+			}
 		}
 	}
 	m.pool.mu.Unlock()
@@ -198,7 +309,12 @@ func (m *Manager) discard(ctx context.Context, id string) {
 // drainPool deletes every pooled sandbox (at shutdown).
 func (m *Manager) drainPool(ctx context.Context) {
 	m.pool.mu.Lock()
-	ids := append([]string(nil), m.pool.ready...)
+	var ids []string
+	for _, p := range m.pool.all {
+		for _, r := range p.ready {
+			ids = append(ids, r.id)
+		}
+	}
 	m.pool.mu.Unlock()
 	for _, id := range ids {
 		m.discard(ctx, id)

@@ -6,6 +6,7 @@ import (
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/store"
 )
 
 // resolve turns a normalized request into the one runtime.Spec its runtime
@@ -20,7 +21,10 @@ import (
 // keeps a copy owned by the range (made the first time a range is used).
 // The sandbox's writable layer gets, at each boot, the files its network
 // needs: the resolver, and the trust of the sandbox's CA.
-func (m *Manager) resolve(ctx context.Context, id string, idRange uint32, req api.CreateSandboxRequest) (runtime.Spec, error) {
+//
+// imageRef is what to resolve: the id of the stored image the sandbox is
+// pinned to, or the host image.
+func (m *Manager) resolve(ctx context.Context, id string, idRange uint32, req api.CreateSandboxRequest, imageRef string) (runtime.Spec, error) {
 	t, err := m.tier(req.Runtime)
 	if err != nil {
 		return runtime.Spec{}, err
@@ -30,7 +34,7 @@ func (m *Manager) resolve(ctx context.Context, id string, idRange uint32, req ap
 	if t.caps.IDMappedLayers {
 		layers = image.Unmapped
 	}
-	img, err := m.images.Resolve(ctx, req.Image, layers)
+	img, err := m.images.Resolve(ctx, imageRef, layers)
 	if err != nil {
 		return runtime.Spec{}, err
 	}
@@ -48,4 +52,13 @@ func (m *Manager) resolve(ctx context.Context, id string, idRange uint32, req ap
 		Limits:   runtime.Limits(req.Limits),
 		Files:    files,
 	}, nil
+}
+
+// imageRef is what a sandbox's root resolves from: its pinned image, or
+// the image it names (the host image has no id).
+func imageRef(rec store.Sandbox) string {
+	if rec.ImageID != "" {
+		return rec.ImageID
+	}
+	return rec.Image
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"path"
 	"regexp"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/labels"
 	"github.com/berthsh/berth/runtime"
 )
@@ -41,11 +43,68 @@ var (
 	})
 )
 
-// normalize validates a create request and fills its defaults.
-func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequest, error) {
+// normalize validates a create request and fills its defaults, the
+// image's among them (env, workdir, user): it finds the stored image,
+// pulling it if need be, and returns its id ("" for the host image), which
+// pins the sandbox to those files.
+func (m *Manager) normalize(ctx context.Context, req api.CreateSandboxRequest) (api.CreateSandboxRequest, string, error) {
 	if req.Image == "" {
 		req.Image = m.cfg.DefaultImage
 	}
+	req, err := m.normalizeRequest(req)
+	if err != nil {
+		return req, "", err
+	}
+	if req.Image == image.Host {
+		if req.Workdir == "" {
+			req.Workdir = defaultWorkdir
+		}
+		if req.User == "" {
+			req.User = defaultUser
+		}
+		return req, "", nil
+	}
+	img, err := m.images.Ensure(ctx, req.Image)
+	if err != nil {
+		return req, "", err
+	}
+	c := img.Config
+	if req.Workdir == "" {
+		req.Workdir = c.WorkingDir
+		if req.Workdir == "" {
+			req.Workdir = "/"
+		}
+		if err := validateDir("workdir", req.Workdir); err != nil {
+			return req, "", errdefs.New(errdefs.InvalidArgument, "image %s: its config's working dir: %v", req.Image, errdefs.Message(err))
+		}
+	}
+	if req.User == "" {
+		req.User = c.User
+		if req.User == "" {
+			req.User = "root"
+		}
+		if err := m.checkUser("user", req.User); err != nil {
+			return req, "", errdefs.New(errdefs.InvalidArgument, "image %s: its config's user %q: give user at create (a name or uid[:gid]): %v", req.Image, c.User, errdefs.Message(err))
+		}
+	}
+	if len(c.Env) > 0 {
+		env := make(map[string]string, len(c.Env)+len(req.Env))
+		for _, kv := range c.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			if envKeyRE().MatchString(k) && strings.IndexByte(v, 0) < 0 {
+				env[k] = v
+			}
+		}
+		for k, v := range req.Env {
+			env[k] = v
+		}
+		req.Env = env
+	}
+	return req, img.ID, nil
+}
+
+// normalizeRequest checks and defaults what does not depend on the image.
+func (m *Manager) normalizeRequest(req api.CreateSandboxRequest) (api.CreateSandboxRequest, error) {
 	if req.Runtime == "" {
 		req.Runtime = m.cfg.DefaultRuntime
 	}
@@ -56,17 +115,15 @@ func (m *Manager) normalize(req api.CreateSandboxRequest) (api.CreateSandboxRequ
 	if err := validateEnv("env", req.Env); err != nil {
 		return req, err
 	}
-	if req.Workdir == "" {
-		req.Workdir = defaultWorkdir
+	if req.Workdir != "" {
+		if err := validateDir("workdir", req.Workdir); err != nil {
+			return req, err
+		}
 	}
-	if err := validateDir("workdir", req.Workdir); err != nil {
-		return req, err
-	}
-	if req.User == "" {
-		req.User = defaultUser
-	}
-	if err := m.checkUser("user", req.User); err != nil {
-		return req, err
+	if req.User != "" {
+		if err := m.checkUser("user", req.User); err != nil {
+			return req, err
+		}
 	}
 	if err := labels.Validate(req.Labels); err != nil {
 		return req, err

@@ -33,6 +33,10 @@ import (
 
 type hostImage struct{}
 
+func (hostImage) Ensure(_ context.Context, ref string) (api.Image, error) {
+	return api.Image{}, errdefs.New(errdefs.NotFound, "image %q: no such image here", ref)
+}
+
 func (hostImage) Resolve(_ context.Context, ref string, _ runtime.IDMap) (image.Resolved, error) {
 	if ref != image.Host {
 		return image.Resolved{}, errdefs.New(errdefs.InvalidArgument, "image %q: no such image here", ref)

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -57,6 +59,7 @@ func serveCommand() *cobra.Command {
 	var cfg daemon.Config
 	var debug bool
 	var outputBudget string
+	var pools []string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the berth daemon",
@@ -68,6 +71,24 @@ func serveCommand() *cobra.Command {
 					return fmt.Errorf("--exec-output-budget %q: want a size such as 512M", outputBudget)
 				}
 				cfg.ExecOutputBudget = n
+			}
+			for _, p := range pools {
+				img, size, named := strings.Cut(p, "=")
+				if !named {
+					img, size = "", p
+				}
+				n, err := strconv.Atoi(size)
+				if err != nil || n < 0 {
+					return fmt.Errorf("--warm-pool %q: want N or IMAGE=N", p)
+				}
+				if !named {
+					cfg.WarmPool = n
+					continue
+				}
+				if cfg.WarmPools == nil {
+					cfg.WarmPools = map[string]int{}
+				}
+				cfg.WarmPools[img] = n
 			}
 			// Whatever started the daemon may have left descriptors open;
 			// none of them may reach a sandbox.
@@ -98,7 +119,8 @@ func serveCommand() *cobra.Command {
 	f.DurationVar(&cfg.DefaultTimeouts.Idle, "default-idle-timeout", 15*time.Minute, "stop sandboxes idle this long, unless they set their own (0: never)")
 	f.DurationVar(&cfg.DefaultTimeouts.DeleteAfter, "default-delete-after", 0, "delete sandboxes this long after they stopped, unless they set their own (0: never)")
 	f.DurationVar(&cfg.DefaultTimeouts.MaxLifetime, "default-max-lifetime", 0, "stop sandboxes this long after creation, unless they set their own (0: never)")
-	f.IntVar(&cfg.WarmPool, "warm-pool", 2, "sandboxes of the default image kept booted ahead of time, so a create is a hand-over (0: none)")
+	f.StringArrayVar(&pools, "warm-pool", []string{"2"}, "N: sandboxes of the default image kept booted ahead of time, so a create is a hand-over (0: none); IMAGE=N: a pool of another image (repeatable)")
+	f.StringArrayVar(&cfg.InsecureRegistries, "insecure-registry", nil, "a registry (host[:port]) spoken to over plain HTTP (repeatable; loopback ones always are)")
 	f.BoolVar(&cfg.Native.NoSeccomp, "no-seccomp", false, "do not install the seccomp profile in sandboxes (debugging only)")
 	f.StringVar(&outputBudget, "exec-output-budget", "512M", "output that plain (not streamed) execs may hold in the daemon together; past it they fail with resource_exhausted")
 	f.StringVar(&cfg.Network.Default, "default-network", "none", "network mode of sandboxes whose create names none: none, allowlist (reaches nothing until a policy allows it) or open")

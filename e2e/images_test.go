@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"archive/tar"
+	"net/http"
+	"os"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/internal/testregistry"
+	"github.com/berthsh/berth/internal/testutil"
+)
+
+// tinyImage is an image of one static program (internal/testtool) and the
+// directories and users a sandbox needs, with a config whose env, working
+// dir and user are the sandbox's defaults.
+func tinyImage(t *testing.T) v1.Image {
+	t.Helper()
+	bin, err := os.ReadFile(testutil.Program(t, "github.com/berthsh/berth/internal/testtool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := testregistry.Tar(t,
+		testregistry.Entry{Name: "bin/", Type: tar.TypeDir},
+		testregistry.Entry{Name: "bin/testtool", Body: string(bin), Mode: 0o755},
+		testregistry.Entry{Name: "etc/", Type: tar.TypeDir},
+		testregistry.Entry{Name: "etc/passwd", Body: "root:x:0:0:root:/root:/bin/testtool\napp:x:1000:1000:app:/srv/app:/bin/testtool\n"},
+		testregistry.Entry{Name: "etc/group", Body: "root:x:0:\napp:x:1000:\n"},
+		testregistry.Entry{Name: "etc/motd", Body: "from the image\n"},
+		testregistry.Entry{Name: "srv/app/", Type: tar.TypeDir, UID: 1000, GID: 1000},
+		testregistry.Entry{Name: "usr/share/", Type: tar.TypeDir},
+		testregistry.Entry{Name: "usr/share/data", Body: "image data\n"},
+	)
+	return testregistry.Image(t, v1.Config{Env: []string{"PATH=/bin", "GREETING=from-config"}, WorkingDir: "/srv/app", User: "app"},
+		goruntime.GOARCH, testregistry.Layer(t, layer))
+}
+
+// TestSandboxFromAnImage pulls an image from a registry on loopback and
+// makes sandboxes of it: the image's config gives the defaults (the
+// request's win), its files are root's inside and root inside changes them
+// through the writable layer, another user cannot, and the image cannot be
+// removed while a sandbox uses it. The sandbox stays pinned to its image
+// when the name moves, across a stop and start.
+func TestSandboxFromAnImage(t *testing.T) {
+	reg := testregistry.Start(t)
+	id := reg.Push(t, "tiny:1", tinyImage(t))
+	d := startDaemon(t, "", "--insecure-registry", reg.Host)
+	ctx := t.Context()
+	ref := reg.Ref("tiny:1")
+
+	// Created without a pull first: the create pulls.
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ImageID != id || sb.User != "app" || sb.Workdir != "/srv/app" || sb.Env["GREETING"] != "from-config" {
+		t.Fatalf("sandbox %+v: want the image's id and its config's defaults", sb)
+	}
+	run := func(id string, req api.ExecRequest) api.ExecResult {
+		t.Helper()
+		r, err := d.client.Exec(ctx, id, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := run(sb.ID, api.ExecRequest{Cmd: []string{"testtool", "id"}}); string(r.Stdout) != "uid=1000 gid=1000 cwd=/srv/app\n" {
+		t.Fatalf("id: %+v", r)
+	}
+	if r := run(sb.ID, api.ExecRequest{Cmd: []string{"testtool", "env", "GREETING"}, Env: map[string]string{"GREETING": "from-exec"}}); string(r.Stdout) != "from-exec\n" {
+		t.Fatalf("exec env over the image's: %q", r.Stdout)
+	}
+	// The user cannot change the image's files; root can, in its own layer.
+	if r := run(sb.ID, api.ExecRequest{Cmd: []string{"testtool", "write", "/usr/share/data", "user was here"}}); r.ExitCode == 0 {
+		t.Fatalf("the image's user wrote root's file in /usr: %+v", r)
+	}
+	if r := run(sb.ID, api.ExecRequest{Cmd: []string{"testtool", "write", "/etc/motd", "root was here"}, User: "root"}); r.ExitCode != 0 {
+		t.Fatalf("root inside could not change the image's /etc/motd: %+v %s", r, r.Stderr)
+	}
+	if r := run(sb.ID, api.ExecRequest{Cmd: []string{"testtool", "cat", "/etc/motd"}}); string(r.Stdout) != "root was here" {
+		t.Fatalf("/etc/motd: %q", r.Stdout)
+	}
+	// A second sandbox of the image sees the image, not the first one's change.
+	sb2, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Image: id, User: "root", Workdir: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := run(sb2.ID, api.ExecRequest{Cmd: []string{"testtool", "cat", "/etc/motd"}}); string(r.Stdout) != "from the image\n" {
+		t.Fatalf("a second sandbox sees %q", r.Stdout)
+	}
+	if r := run(sb2.ID, api.ExecRequest{Cmd: []string{"testtool", "id"}}); string(r.Stdout) != "uid=0 gid=0 cwd=/\n" {
+		t.Fatalf("the request's user and workdir: %q", r.Stdout)
+	}
+	// In use: not removable.
+	if _, err := d.client.RemoveImage(ctx, ref); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), sb.ID) {
+		t.Fatalf("remove of an image in use: %v", err)
+	}
+	// The name moves to another image; the sandbox keeps its own across a stop and start.
+	reg.Push(t, "tiny:1", testregistry.Image(t, v1.Config{}, goruntime.GOARCH, testregistry.Layer(t, testregistry.Tar(t, testregistry.Entry{Name: "other", Body: "x"}))))
+	if _, err := d.client.PullImage(ctx, ref, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.StopSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.StartSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(sb.ID, api.ExecRequest{Cmd: []string{"testtool", "cat", "/etc/motd"}}); string(r.Stdout) != "root was here" {
+		t.Fatalf("after the name moved and a restart: %q %s", r.Stdout, r.Stderr)
+	}
+	for _, s := range []string{sb.ID, sb2.ID} {
+		if err := d.client.DeleteSandbox(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.client.RemoveImage(ctx, id); err != nil {
+		t.Fatalf("remove after the sandboxes went: %v", err)
+	}
+	// Bad input: an image the registry lacks, a registry that is down.
+	if _, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Image: reg.Ref("missing:1")}); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "missing:1") {
+		t.Fatalf("create of an unknown image: %v", err)
+	}
+	if list, _ := d.client.ListSandboxes(ctx, nil); len(list) != 0 {
+		t.Fatalf("a failed create left %d sandboxes", len(list))
+	}
+	reg.Close()
+	if _, err := d.client.PullImage(ctx, reg.Ref("tiny:2"), nil); errdefs.ClassOf(err) != errdefs.Unavailable {
+		t.Fatalf("pull from a registry that is down: %v", err)
+	}
+}
+
+// TestImageCLI drives berth image and berth pool: pull with progress, ls,
+// inspect, a warm pool of the image that a create is handed from, rm.
+func TestImageCLI(t *testing.T) {
+	reg := testregistry.Start(t)
+	id := reg.Push(t, "tiny:cli", tinyImage(t))
+	d := startDaemon(t, "")
+	ref := reg.Ref("tiny:cli")
+	if out, errOut, code := d.cli("", "image", "pull", ref); code != 0 || strings.TrimSpace(out) != id {
+		t.Fatalf("image pull: %d %q %q", code, out, errOut)
+	}
+	if out, _, code := d.cli("", "image", "ls"); code != 0 || !strings.Contains(out, ref) || !strings.Contains(out, id[7:19]) {
+		t.Fatalf("image ls:\n%s", out)
+	}
+	if out, _, code := d.cli("", "image", "inspect", ref); code != 0 || !strings.Contains(out, `"working_dir": "/srv/app"`) {
+		t.Fatalf("image inspect:\n%s", out)
+	}
+	if out, errOut, code := d.cli("", "pool", ref+"=1"); code != 0 || !strings.Contains(out, ref) {
+		t.Fatalf("pool: %d %q %q", code, out, errOut)
+	}
+	ctx := t.Context()
+	waitFor(t, 30*time.Second, func() bool {
+		p, err := d.client.Pools(ctx)
+		return err == nil && len(p) == 1 && p[0].Ready == 1
+	})
+	pooled := d.sandboxDirs()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ImageID != id || sb.User != "app" {
+		t.Fatalf("pooled sandbox: %+v", sb)
+	}
+	if r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"testtool", "id"}}); err != nil || string(r.Stdout) != "uid=1000 gid=1000 cwd=/srv/app\n" {
+		t.Fatalf("exec in the handed-over sandbox: %+v %v", r, err)
+	}
+	if pooled == 0 {
+		t.Fatalf("no pooled sandbox on disk before the create")
+	}
+	// The pool refills; the create was a hand-over (no new boot while it was ready).
+	waitFor(t, 30*time.Second, func() bool {
+		p, err := d.client.Pools(ctx)
+		return err == nil && p[0].Ready == 1
+	})
+	if _, _, code := d.cli("", "pool", ref+"=0"); code != 0 {
+		t.Fatal("pool =0 failed")
+	}
+	if err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return d.sandboxDirs() == 0 })
+	if out, errOut, code := d.cli("", "image", "rm", ref); code != 0 || !strings.Contains(out, "deleted "+id) {
+		t.Fatalf("image rm: %d %q %q", code, out, errOut)
+	}
+	if _, errOut, code := d.cli("", "image", "inspect", ref); code == 0 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("inspect after rm: %d %q", code, errOut)
+	}
+}
+
+// TestImagePullSurvivesKill kills the daemon with SIGKILL in the middle of
+// a pull: the restarted daemon keeps no partial layer, and the pull then
+// succeeds; two pulls at once of a multi-layer image fetch each blob once.
+func TestImagePullSurvivesKill(t *testing.T) {
+	reg := testregistry.Start(t)
+	var layers []v1.Layer
+	for i := range 3 {
+		layers = append(layers, testregistry.Layer(t, testregistry.Tar(t, testregistry.Entry{Name: "f" + string(rune('a'+i)), Body: strings.Repeat(string(rune('a'+i)), 4<<20)})))
+	}
+	reg.Push(t, "multi:1", testregistry.Image(t, v1.Config{}, goruntime.GOARCH, layers...))
+	stall := make(chan struct{})
+	var once sync.Once
+	started := make(chan struct{})
+	last, _ := layers[2].Digest()
+	reg.Hook(func(w http.ResponseWriter, r *http.Request) bool {
+		if strings.HasSuffix(r.URL.Path, last.String()) {
+			once.Do(func() { close(started) })
+			<-stall
+		}
+		return false
+	})
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	errc := make(chan error, 1)
+	go func() { _, err := d.client.PullImage(ctx, reg.Ref("multi:1"), nil); errc <- err }()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pull did not reach the last layer")
+	}
+	d.kill9()
+	<-errc
+	close(stall)
+	reg.Hook(nil)
+	d.start()
+	ents, err := os.ReadDir(d.state + "/images/oci/layers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".tmp") {
+			t.Fatalf("a partial layer %s survived the restart", e.Name())
+		}
+	}
+	if len(ents) > 2 {
+		t.Fatalf("%d layer dirs after a pull killed before its third layer", len(ents))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() { _, errs[i] = d.client.PullImage(ctx, reg.Ref("multi:1"), nil) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := reg.BlobGets(last.String()); n != 2 { // the killed pull's and one more
+		t.Errorf("the last layer was fetched %d times, want 2 (the killed pull's, then one for both pulls)", n)
+	}
+}

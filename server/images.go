@@ -1,0 +1,199 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
+)
+
+// Images is what the image routes need of the image store (image.Store).
+// Images are the daemon's, shared by every tenant.
+type Images interface {
+	Pull(ctx context.Context, ref string, progress func(api.PullEvent)) (api.Image, error)
+	Import(ctx context.Context, r io.Reader, as string, progress func(api.PullEvent)) ([]api.Image, error)
+	List(ctx context.Context) ([]api.Image, error)
+	Inspect(ctx context.Context, ref string) (api.Image, error)
+	Remove(ctx context.Context, ref string) (api.PruneResult, error)
+	Prune(ctx context.Context, all bool) (api.PruneResult, error)
+}
+
+// Pools is what the warm-pool routes need of the manager.
+type Pools interface {
+	Pools() []api.Pool
+	SetPool(ctx context.Context, image string, size int) (api.Pool, error)
+}
+
+type imagesGroup struct {
+	images Images
+	pools  Pools
+}
+
+// ImagesAPI is the group of /v1/images and /v1/pools.
+func ImagesAPI(images Images, pools Pools) Group { return &imagesGroup{images: images, pools: pools} }
+
+// Name implements Group.
+func (g *imagesGroup) Name() string { return "images" }
+
+// Routes implements Group.
+func (g *imagesGroup) Routes(r *Router) {
+	r.Handle("GET /v1/images", g.list)
+	r.Handle("POST /v1/images/pull", g.pull)
+	r.Handle("POST /v1/images/import", g.importImages)
+	r.Handle("POST /v1/images/prune", g.prune)
+	r.Handle("GET /v1/images/{ref...}", g.inspect)
+	r.Handle("DELETE /v1/images/{ref...}", g.remove)
+	r.Handle("GET /v1/pools", g.listPools)
+	r.Handle("PUT /v1/pools", g.setPool)
+}
+
+func (g *imagesGroup) list(w http.ResponseWriter, r *http.Request) error {
+	imgs, err := g.images.List(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, api.ListImagesResponse{Images: imgs})
+}
+
+func wantsNDJSON(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "application/x-ndjson")
+}
+
+// pullStream writes a pull's progress as NDJSON. Progress may come from
+// the pull's own goroutine (one that other callers share), so writes are
+// serialized and stop when the handler returns.
+type pullStream struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+	done    bool
+}
+
+func (p *pullStream) send(ev api.PullEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return
+	}
+	if !p.started {
+		p.w.Header().Set("Content-Type", "application/x-ndjson")
+		p.w.Header().Set("X-Content-Type-Options", "nosniff")
+		p.w.WriteHeader(http.StatusOK)
+		p.started = true
+	}
+	b, _ := json.Marshal(ev)
+	p.w.Write(append(b, '\n'))
+	p.rc.Flush()
+}
+
+// finish ends the stream with the result or the error.
+func (p *pullStream) finish(img *api.Image, err error) error {
+	if err != nil {
+		p.mu.Lock()
+		started := p.started
+		p.mu.Unlock()
+		if !started {
+			p.mu.Lock()
+			p.done = true
+			p.mu.Unlock()
+			return err
+		}
+		p.send(api.PullEvent{Status: api.PullError, Error: &api.Error{Class: string(errdefs.ClassOf(err)), Message: errdefs.Message(err)}})
+	} else {
+		p.send(api.PullEvent{Status: api.PullDone, Image: img})
+	}
+	p.mu.Lock()
+	p.done = true
+	p.mu.Unlock()
+	return err
+}
+
+func (g *imagesGroup) pull(w http.ResponseWriter, r *http.Request) error {
+	var req api.PullImageRequest
+	if err := decode(w, r, &req, maxBody); err != nil {
+		return err
+	}
+	if req.Ref == "" {
+		return errdefs.New(errdefs.InvalidArgument, "ref: required (an image reference such as python:3.12-slim)")
+	}
+	if !wantsNDJSON(r) {
+		img, err := g.images.Pull(r.Context(), req.Ref, nil)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, img)
+	}
+	ps := &pullStream{w: w, rc: http.NewResponseController(w)}
+	img, err := g.images.Pull(r.Context(), req.Ref, ps.send)
+	return ps.finish(&img, err)
+}
+
+func (g *imagesGroup) importImages(w http.ResponseWriter, r *http.Request) error {
+	as := r.URL.Query().Get("name")
+	if !wantsNDJSON(r) {
+		imgs, err := g.images.Import(r.Context(), r.Body, as, nil)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, api.ListImagesResponse{Images: imgs})
+	}
+	ps := &pullStream{w: w, rc: http.NewResponseController(w)}
+	imgs, err := g.images.Import(r.Context(), r.Body, as, ps.send)
+	var last *api.Image
+	if len(imgs) > 0 {
+		last = &imgs[len(imgs)-1]
+	}
+	return ps.finish(last, err)
+}
+
+func (g *imagesGroup) prune(w http.ResponseWriter, r *http.Request) error {
+	var req api.PruneImagesRequest
+	if r.ContentLength != 0 {
+		if err := decode(w, r, &req, maxBody); err != nil {
+			return err
+		}
+	}
+	res, err := g.images.Prune(r.Context(), req.All)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+func (g *imagesGroup) inspect(w http.ResponseWriter, r *http.Request) error {
+	img, err := g.images.Inspect(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, img)
+}
+
+func (g *imagesGroup) remove(w http.ResponseWriter, r *http.Request) error {
+	res, err := g.images.Remove(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+func (g *imagesGroup) listPools(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, api.ListPoolsResponse{Pools: g.pools.Pools()})
+}
+
+func (g *imagesGroup) setPool(w http.ResponseWriter, r *http.Request) error {
+	var req api.Pool
+	if err := decode(w, r, &req, maxBody); err != nil {
+		return err
+	}
+	p, err := g.pools.SetPool(r.Context(), req.Image, req.Size)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, p)
+}
