@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"archive/tar"
+	"archive/zip"
+	"compress/gzip"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	goruntime "runtime"
 	"strings"
 	"sync"
@@ -11,8 +15,10 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/client"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/internal/testregistry"
 	"github.com/berthsh/berth/internal/testutil"
@@ -255,5 +261,130 @@ func TestImagePullSurvivesKill(t *testing.T) {
 	}
 	if n := reg.BlobGets(last.String()); n != 2 { // the killed pull's and one more
 		t.Errorf("the last layer was fetched %d times, want 2 (the killed pull's, then one for both pulls)", n)
+	}
+}
+
+// debianImage is the Debian image scripts/test-deps.sh builds with
+// mmdebstrap (bookworm, minbase, python3 and pip), as one layer.
+func debianImage(t *testing.T) v1.Image {
+	t.Helper()
+	cache := os.Getenv("BERTH_TEST_CACHE")
+	if cache == "" {
+		cache = "/var/cache/berth-test"
+	}
+	file := filepath.Join(cache, "debian-bookworm-python-v1.tar")
+	if _, err := os.Stat(file); err != nil {
+		t.Fatalf("the Debian test image is missing (make test builds it: scripts/test-deps.sh): %v", err)
+	}
+	layer, err := tarball.LayerFromFile(file, tarball.WithCompressionLevel(gzip.BestSpeed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testregistry.Image(t, v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, Cmd: []string{"bash"}},
+		goruntime.GOARCH, layer)
+}
+
+// TestDebianImageRootOwnsIt: in a real Debian image, root inside installs a
+// local .deb with apt-get, a local wheel with pip into /usr/local, and
+// edits /etc/hosts, all through its writable layer, although it is an
+// unprivileged uid outside; another user cannot write /usr.
+func TestDebianImageRootOwnsIt(t *testing.T) {
+	reg := testregistry.Start(t)
+	reg.Push(t, "debian:bookworm", debianImage(t))
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Image: reg.Ref("debian:bookworm")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.User != "root" || sb.Workdir != "/" {
+		t.Fatalf("defaults of an image without user and working dir: %q %q", sb.User, sb.Workdir)
+	}
+	sh := func(user, script string) api.ExecResult {
+		t.Helper()
+		r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: script, User: user, TimeoutMs: 120_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// A .deb built here, installed inside with apt-get.
+	pkg := t.TempDir()
+	os.MkdirAll(filepath.Join(pkg, "DEBIAN"), 0o755)
+	os.MkdirAll(filepath.Join(pkg, "usr/bin"), 0o755)
+	os.WriteFile(filepath.Join(pkg, "DEBIAN/control"), []byte("Package: berth-hello\nVersion: 1.0\nArchitecture: all\nMaintainer: berth tests <tests@berth.invalid>\nDescription: a package the image tests install\n"), 0o644)
+	os.WriteFile(filepath.Join(pkg, "usr/bin/berth-hello"), []byte("#!/bin/sh\necho hello from a deb\n"), 0o755)
+	deb := filepath.Join(t.TempDir(), "berth-hello.deb")
+	if out, err := exec.Command("dpkg-deb", "--build", "--root-owner-group", pkg, deb).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb: %v\n%s", err, out)
+	}
+	upload := func(path string, file string) {
+		t.Helper()
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := d.client.Upload(ctx, sb.ID, path, f, client.FileOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upload("/tmp/berth-hello.deb", deb)
+	if r := sh("", "apt-get install -y /tmp/berth-hello.deb && berth-hello && dpkg -s berth-hello | grep Status"); r.ExitCode != 0 ||
+		!strings.Contains(string(r.Stdout), "hello from a deb") || !strings.Contains(string(r.Stdout), "install ok installed") {
+		t.Fatalf("apt-get install of a local .deb: %d\n%s\n%s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	// A wheel built here, installed with pip into /usr/local.
+	whl := filepath.Join(t.TempDir(), "berth_hello-1.0-py3-none-any.whl")
+	writeWheel(t, whl)
+	upload("/tmp/berth_hello-1.0-py3-none-any.whl", whl)
+	if r := sh("", "python3 -m pip install --no-index --break-system-packages /tmp/berth_hello-1.0-py3-none-any.whl && "+
+		"python3 -c 'import berth_hello, os; print(berth_hello.GREETING, os.path.dirname(berth_hello.__file__))'"); r.ExitCode != 0 ||
+		!strings.Contains(string(r.Stdout), "hi from a wheel /usr/local/lib/python3") {
+		t.Fatalf("pip install of a local wheel into /usr/local: %d\n%s\n%s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	if r := sh("", "echo '10.9.9.9 berth-test-host' >> /etc/hosts && getent hosts berth-test-host"); r.ExitCode != 0 || !strings.Contains(string(r.Stdout), "10.9.9.9") {
+		t.Fatalf("editing /etc/hosts: %d %s %s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	if r := sh("1000:1000", "touch /usr/bin/x"); r.ExitCode == 0 {
+		t.Fatalf("uid 1000 wrote /usr/bin")
+	}
+	if r := sh("1000:1000", "touch /usr/local/lib/x"); r.ExitCode == 0 {
+		t.Fatalf("uid 1000 wrote /usr/local/lib")
+	}
+	if r := sh("1000:1000", "echo x >> /etc/hosts"); r.ExitCode == 0 {
+		t.Fatalf("uid 1000 wrote /etc/hosts")
+	}
+}
+
+// writeWheel writes a minimal pure-Python wheel of package berth_hello.
+func writeWheel(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zw := zip.NewWriter(f)
+	files := map[string]string{
+		"berth_hello/__init__.py":                 "GREETING = 'hi from a wheel'\n",
+		"berth_hello-1.0.dist-info/METADATA":      "Metadata-Version: 2.1\nName: berth-hello\nVersion: 1.0\n",
+		"berth_hello-1.0.dist-info/WHEEL":         "Wheel-Version: 1.0\nGenerator: berth-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+		"berth_hello-1.0.dist-info/top_level.txt": "berth_hello\n",
+	}
+	var record strings.Builder
+	for _, name := range []string{"berth_hello/__init__.py", "berth_hello-1.0.dist-info/METADATA", "berth_hello-1.0.dist-info/WHEEL", "berth_hello-1.0.dist-info/top_level.txt"} {
+		w, err := zw.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(files[name]))
+		record.WriteString(name + ",,\n")
+	}
+	record.WriteString("berth_hello-1.0.dist-info/RECORD,,\n")
+	w, _ := zw.Create("berth_hello-1.0.dist-info/RECORD")
+	w.Write([]byte(record.String()))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

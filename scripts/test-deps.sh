@@ -18,11 +18,30 @@ command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need+=(e2fsprogs)
 [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)         # the network tests' own namespaces
 [ -x /usr/bin/tmux ] || need+=(tmux)                               # a real terminal for berth shell's test
 [ -x /usr/bin/bash ] || need+=(bash)                               # the shell berth shell starts
-[ ${#need[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-	echo "tests need: ${need[*]} (install them, as root, with your package manager)" >&2
-	exit 1
+[ -x /usr/bin/mmdebstrap ] || need+=(mmdebstrap)                   # builds the Debian image the image tests push
+[ -x /usr/bin/dpkg-deb ] || need+=(dpkg)                           # and the .deb they install inside it
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+		echo "tests need: ${need[*]} (install them, as root, with your package manager)" >&2
+		exit 1
+	fi
+	echo "test-deps: installing these Debian packages on this host (tests run their programs inside sandboxes, which see the host's /usr): ${need[*]}" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-echo "test-deps: installing these Debian packages on this host (tests run their programs inside sandboxes, which see the host's /usr): ${need[*]}" >&2
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+
+# The Debian image of the image tests: bookworm, minbase, with python3 and
+# pip, from Debian's archive (no container registry is needed or used),
+# built once (about 20 s and 250 MB) and cached by version outside the clone.
+# The tests push it to a registry they run on loopback.
+debian_image_version=v1
+cache=${BERTH_TEST_CACHE:-/var/cache/berth-test}
+image=$cache/debian-bookworm-python-$debian_image_version.tar
+if [ ! -s "$image" ]; then
+	mkdir -p "$cache"
+	echo "test-deps: building the Debian test image $image from deb.debian.org (once)" >&2
+	rm -f "$cache"/.debian-*.tar
+	tmp=$(mktemp "$cache/.debian-XXXXXX.tar")
+	mmdebstrap --quiet --variant=minbase --include=python3,python3-pip bookworm "$tmp" http://deb.debian.org/debian
+	mv "$tmp" "$image"
+fi
