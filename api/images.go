@@ -26,9 +26,10 @@ type Image struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// ImageConfig is what of an image's configuration berth honours: Env,
-// WorkingDir and User are sandboxes' defaults (an exec's own values win);
-// Entrypoint and Cmd run when an exec gives no command.
+// ImageConfig is what of an image's configuration berth reads: Env,
+// WorkingDir and User are sandboxes' defaults (a create's or an exec's own
+// values win). Entrypoint and Cmd are reported; an exec always names its
+// own command.
 type ImageConfig struct {
 	Env          []string          `json:"env,omitempty"`
 	WorkingDir   string            `json:"working_dir,omitempty"`

@@ -33,7 +33,7 @@ type pools struct {
 type pool struct {
 	image, rt string
 	size      int
-	ready     []pooled // oldest first
+	ready     []pooled      // oldest first
 	kick      chan struct{} // wakes the refiller
 	stop      context.CancelFunc
 }
