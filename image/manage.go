@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -368,4 +369,43 @@ func (s *Store) removeUnreferenced(ctx context.Context, res *api.PruneResult) er
 		res.FreedBytes += size
 	}
 	return nil
+}
+
+// ReadFile reads file rel (a path inside the image) from a resolved
+// image's layers, topmost first, as a sandbox would see it: symlinks
+// resolve inside the layer that holds them (RESOLVE_IN_ROOT), never on the
+// host, so an image's symlink to /etc/shadow reads the image's own
+// /etc/shadow, if anything. A whiteout or any file that is not regular
+// ends the search. found is false when no layer has the file.
+func ReadFile(layers []string, rel string, max int64) (data []byte, found bool, err error) {
+	for _, l := range layers {
+		root, err := unix.Open(l, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, false, fmt.Errorf("open layer: %w", err)
+		}
+		fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+		unix.Close(root)
+		if err == unix.ENOENT || err == unix.ENOTDIR {
+			continue
+		}
+		if err != nil {
+			return nil, false, nil // a whiteout (a device), or what the daemon will not read
+		}
+		f := os.NewFile(uintptr(fd), rel)
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil || !st.Mode().IsRegular() {
+			return nil, false, nil
+		}
+		b, err := io.ReadAll(io.LimitReader(f, max+1))
+		if err != nil {
+			return nil, false, err
+		}
+		if int64(len(b)) > max {
+			return nil, false, errdefs.New(errdefs.InvalidArgument, "image file /%s is over %d bytes", rel, max)
+		}
+		return b, true, nil
+	}
+	return nil, false, nil
 }

@@ -520,3 +520,44 @@ func TestImport(t *testing.T) {
 		t.Errorf("import of garbage: %v", err)
 	}
 }
+
+// TestReadFileStaysInTheImage: the daemon reads an image's file (the trust
+// bundle it extends with a sandbox's CA) as the sandbox would see it: an
+// image whose file is a symlink to a host file (absolute, or climbing with
+// "..") reads nothing of the host, and a whiteout hides a lower layer's file.
+func TestReadFileStaysInTheImage(t *testing.T) {
+	s := newOCIStore(t)
+	reg := testregistry.Start(t)
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(secret, []byte("HOST SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, link := range map[string]string{"absolute": secret, "climbing": "../../../../../../../../../../" + secret} {
+		reg.Push(t, "trust:"+name, testregistry.Image(t, v1.Config{}, arch, testregistry.Layer(t, testregistry.Tar(t,
+			testregistry.Entry{Name: "etc/ssl/certs/ca-certificates.crt", Type: tar.TypeSymlink, Link: link}))))
+		if _, err := s.Pull(t.Context(), reg.Ref("trust:"+name), nil); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Resolve(t.Context(), reg.Ref("trust:"+name), image.Unmapped)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, found, err := image.ReadFile(res.Root.Layers, "etc/ssl/certs/ca-certificates.crt", 1<<20)
+		if found || strings.Contains(string(b), "HOST SECRET") {
+			t.Fatalf("%s symlink: read %q (found %v, %v) from the host", name, b, found, err)
+		}
+	}
+	bottom := testregistry.Layer(t, testregistry.Tar(t, testregistry.Entry{Name: "etc/f", Body: "lower"}))
+	top := testregistry.Layer(t, testregistry.Tar(t, testregistry.Entry{Name: "etc/.wh.f"}))
+	reg.Push(t, "trust:whiteout", testregistry.Image(t, v1.Config{}, arch, bottom, top))
+	if _, err := s.Pull(t.Context(), reg.Ref("trust:whiteout"), nil); err != nil {
+		t.Fatal(err)
+	}
+	res, _ := s.Resolve(t.Context(), reg.Ref("trust:whiteout"), image.Unmapped)
+	if b, found, _ := image.ReadFile(res.Root.Layers, "etc/f", 1<<20); found {
+		t.Fatalf("a whited-out file read as %q", b)
+	}
+	if b, found, err := image.ReadFile(res.Root.Layers[1:], "etc/f", 1<<20); !found || string(b) != "lower" {
+		t.Fatalf("the lower layer alone: %q %v %v", b, found, err)
+	}
+}

@@ -5,15 +5,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/network"
 	"github.com/berthsh/berth/runtime"
 )
@@ -163,16 +162,11 @@ func (m *Manager) sandboxCA(ctx context.Context, id string) (*network.CA, error)
 // trustFiles are the files that make a sandbox trust its CA: the image's
 // bundle (the first layer that has one) with the CA appended, and the CA.
 func trustFiles(layers []string, ca *network.CA) ([]runtime.File, error) {
-	var bundle []byte
-	for _, l := range layers {
-		b, err := os.ReadFile(filepath.Join(l, trustBundle))
-		if err == nil {
-			bundle = b
-			break
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("read the image's trust bundle: %w", err)
-		}
+	// The image's own file, read as the sandbox would see it: an image's
+	// symlink never reaches the host's files.
+	bundle, _, err := image.ReadFile(layers, strings.TrimPrefix(trustBundle, "/"), 16<<20)
+	if err != nil {
+		return nil, fmt.Errorf("read the image's trust bundle: %w", err)
 	}
 	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
 		bundle = append(bundle, '\n')

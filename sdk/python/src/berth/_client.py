@@ -371,6 +371,35 @@ class _Ops:
     def delete_secret(name: str) -> _Call:
         return _Call("DELETE", "/v1/secrets/" + quote(name, safe=""))
 
+    @staticmethod
+    def pull_image(ref: str) -> _Call:
+        return _Call("POST", "/v1/images/pull", json={"ref": ref}, timeout=None)
+
+    @staticmethod
+    def import_image(data: Any, name: str | None) -> _Call:
+        return _Call("POST", "/v1/images/import", params={"name": name} if name else {}, content=data,
+                     headers={"Content-Type": "application/x-tar"}, timeout=None, parse=lambda r: r.json()["images"])
+
+    @staticmethod
+    def list_images() -> _Call:
+        return _Call("GET", "/v1/images", parse=lambda r: r.json()["images"])
+
+    @staticmethod
+    def inspect_image(ref: str) -> _Call:
+        return _Call("GET", "/v1/images/" + quote(ref, safe="/:@"))
+
+    @staticmethod
+    def remove_image(ref: str) -> _Call:
+        return _Call("DELETE", "/v1/images/" + quote(ref, safe="/:@"))
+
+    @staticmethod
+    def set_pool(image: str, size: int) -> _Call:
+        return _Call("PUT", "/v1/pools", json={"image": image, "size": size})
+
+    @staticmethod
+    def pools() -> _Call:
+        return _Call("GET", "/v1/pools", parse=lambda r: r.json()["pools"])
+
 
 def _base_url(url: str | None) -> tuple[str, httpx.BaseTransport | None, httpx.AsyncBaseTransport | None]:
     url = url or os.environ.get("BERTH_URL") or DEFAULT_URL
@@ -833,6 +862,29 @@ class Berth:
     def delete_secret(self, name: str) -> None:
         self._send(_Ops.delete_secret(name))
 
+    # images: pulled from a registry (or imported from a docker save / OCI
+    # layout tar); create(image=...) pulls one itself when it is missing
+    def pull_image(self, ref: str) -> dict[str, Any]:
+        return self._send(_Ops.pull_image(ref))
+
+    def import_image(self, data: bytes, name: str | None = None) -> list[dict[str, Any]]:
+        return self._send(_Ops.import_image(data, name))
+
+    def list_images(self) -> list[dict[str, Any]]:
+        return self._send(_Ops.list_images())
+
+    def inspect_image(self, ref: str) -> dict[str, Any]:
+        return self._send(_Ops.inspect_image(ref))
+
+    def remove_image(self, ref: str) -> dict[str, Any]:
+        return self._send(_Ops.remove_image(ref))
+
+    def set_pool(self, image: str, size: int) -> dict[str, Any]:
+        return self._send(_Ops.set_pool(image, size))
+
+    def pools(self) -> list[dict[str, Any]]:
+        return self._send(_Ops.pools())
+
 
 _CREATE_KW = (
     "env", "user", "workdir", "image", "memory", "cpus", "pids", "disk", "idle_timeout", "delete_after", "runtime", "network", "allow",
@@ -1073,6 +1125,27 @@ class AsyncBerth:
 
     async def delete_secret(self, name: str) -> None:
         await self._send(_Ops.delete_secret(name))
+
+    async def pull_image(self, ref: str) -> dict[str, Any]:
+        return await self._send(_Ops.pull_image(ref))
+
+    async def import_image(self, data: bytes, name: str | None = None) -> list[dict[str, Any]]:
+        return await self._send(_Ops.import_image(data, name))
+
+    async def list_images(self) -> list[dict[str, Any]]:
+        return await self._send(_Ops.list_images())
+
+    async def inspect_image(self, ref: str) -> dict[str, Any]:
+        return await self._send(_Ops.inspect_image(ref))
+
+    async def remove_image(self, ref: str) -> dict[str, Any]:
+        return await self._send(_Ops.remove_image(ref))
+
+    async def set_pool(self, image: str, size: int) -> dict[str, Any]:
+        return await self._send(_Ops.set_pool(image, size))
+
+    async def pools(self) -> list[dict[str, Any]]:
+        return await self._send(_Ops.pools())
 
 
 __all__ = ["ACCESS_TOKEN_HEADER", "DEFAULT_URL", "AsyncBerth", "AsyncSandbox", "AsyncTerminal", "Berth", "BerthError", "Sandbox", "Terminal"]
