@@ -225,6 +225,8 @@ func (p *Process) checkInput(closedOK bool) (closed bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
+	case p.inputClosed && closedOK: // closing closed input is done, even once the process has exited
+		return true, nil
 	case p.exited || p.finished:
 		return false, errdefs.New(errdefs.Conflict, "process %d has exited", p.pid)
 	case p.inputClosed && !closedOK:
