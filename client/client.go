@@ -205,13 +205,19 @@ func decodeError(resp *http.Response) error {
 		}
 		return errdefs.New(classForStatus(resp.StatusCode), "HTTP %d: %s", resp.StatusCode, text)
 	}
+	return fromAPIError(body.Error)
+}
+
+// fromAPIError is the classified error an API error body (or a stream's
+// error event) describes; an unknown class is internal.
+func fromAPIError(e api.Error) error {
 	class := errdefs.Internal
-	if errdefs.Known(body.Error.Class) {
-		class = errdefs.Class(body.Error.Class)
+	if errdefs.Known(e.Class) {
+		class = errdefs.Class(e.Class)
 	}
-	err := errdefs.New(class, "%s", body.Error.Message)
-	if errdefs.KnownReason(body.Error.Reason) {
-		err = errdefs.WithReason(err, errdefs.Reason(body.Error.Reason))
+	err := errdefs.New(class, "%s", e.Message)
+	if errdefs.KnownReason(e.Reason) {
+		err = errdefs.WithReason(err, errdefs.Reason(e.Reason))
 	}
 	return err
 }
@@ -541,11 +547,7 @@ func (s *ExecStream) Next() (api.ExecEvent, error) {
 	case api.EventError:
 		s.done = true
 		if ev.Error != nil {
-			class := errdefs.Internal
-			if errdefs.Known(ev.Error.Class) {
-				class = errdefs.Class(ev.Error.Class)
-			}
-			return ev, errdefs.New(class, "%s", ev.Error.Message)
+			return ev, fromAPIError(*ev.Error)
 		}
 		return ev, errdefs.New(errdefs.Internal, "exec failed without a message")
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,17 +37,13 @@ func (c *Client) PullImage(ctx context.Context, ref string, progress func(api.Pu
 	if err != nil {
 		return api.Image{}, err
 	}
-	resp, err := c.requestRaw(ctx, http.MethodPost, "/v1/images/pull", nil, strings.NewReader(string(b)),
+	resp, err := c.requestRaw(ctx, http.MethodPost, "/v1/images/pull", nil, bytes.NewReader(b),
 		http.Header{"Content-Type": {"application/json"}, "Accept": {"application/x-ndjson"}})
 	if err != nil {
 		return api.Image{}, err
 	}
 	defer resp.Body.Close()
-	imgs, err := readPullEvents(resp.Body, progress)
-	if err != nil {
-		return api.Image{}, err
-	}
-	return imgs, nil
+	return readPullEvents(resp.Body, progress)
 }
 
 // readPullEvents hands a pull stream's events to progress and returns the
@@ -72,11 +69,7 @@ func readPullEvents(body io.Reader, progress func(api.PullEvent)) (api.Image, er
 			if ev.Error == nil {
 				return api.Image{}, errdefs.New(errdefs.Internal, "pull failed")
 			}
-			class := errdefs.Internal
-			if errdefs.Known(ev.Error.Class) {
-				class = errdefs.Class(ev.Error.Class)
-			}
-			return api.Image{}, errdefs.New(class, "%s", ev.Error.Message)
+			return api.Image{}, fromAPIError(*ev.Error)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -86,7 +79,9 @@ func readPullEvents(body io.Reader, progress func(api.PullEvent)) (api.Image, er
 }
 
 // ImportImages stores the images of a docker save tarball or an OCI layout
-// tar read from r; as names the file's one image (optional).
+// tar read from r; as names the file's one image (optional). With
+// progress, the stream's end names only the last image stored, which is
+// all it returns (ListImages lists the others).
 func (c *Client) ImportImages(ctx context.Context, r io.Reader, as string, progress func(api.PullEvent)) ([]api.Image, error) {
 	q := url.Values{}
 	if as != "" {
@@ -102,7 +97,6 @@ func (c *Client) ImportImages(ctx context.Context, r io.Reader, as string, progr
 	}
 	defer resp.Body.Close()
 	if progress != nil {
-		// The stream's end names the last image; list them all after.
 		last, err := readPullEvents(resp.Body, progress)
 		if err != nil {
 			return nil, err

@@ -30,7 +30,6 @@ func (f *flights) do(ctx context.Context, key string, fn func(context.Context) e
 	}
 	c, ok := f.calls[key]
 	if !ok {
-		var cctx context.Context
 		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		c = &flight{done: make(chan struct{}), cancel: cancel}
 		f.calls[key] = c

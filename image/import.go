@@ -24,9 +24,9 @@ const maxImport = 64 << 30
 
 // Import stores the images of a `docker save` tarball or an OCI image
 // layout in a tar, for hosts that reach no registry. Images are named by
-// the tags the file carries (RepoTags, or the OCI
-// "io.containerd.image.name" and "org.opencontainers.image.ref.name"
-// annotations) and by as, when given (only for a file of one image).
+// the tags the file carries (RepoTags, or the OCI layout's
+// "io.containerd.image.name" annotation) and by as, when given (only for a
+// file of one image).
 func (s *Store) Import(ctx context.Context, r io.Reader, as string, progress Progress) ([]api.Image, error) {
 	if s.db == nil {
 		return nil, errdefs.New(errdefs.NotImplemented, "image import: this store has only the host image")
@@ -119,13 +119,11 @@ func (s *Store) Import(ctx context.Context, r io.Reader, as string, progress Pro
 			if err != nil {
 				return nil, errdefs.New(errdefs.InvalidArgument, "image import: OCI layout: %v", err)
 			}
+			// org.opencontainers.image.ref.name holds only a tag, no
+			// repository: it names nothing by itself.
 			var names []string
-			for _, key := range []string{"io.containerd.image.name", "org.opencontainers.image.ref.name"} {
-				if t, ok := d.Annotations[key]; ok {
-					if parsed, err := name.NewTag(t); err == nil && key == "io.containerd.image.name" {
-						names = append(names, parsed.Name())
-					}
-				}
+			if parsed, err := name.NewTag(d.Annotations["io.containerd.image.name"]); err == nil {
+				names = append(names, parsed.Name())
 			}
 			imgs = append(imgs, named{img, names})
 		}

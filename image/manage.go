@@ -66,7 +66,12 @@ func (s *Store) emptyLayer(ids runtime.IDMap) (string, error) {
 	return p, os.Lchown(p, int(ids.HostID), int(ids.HostID))
 }
 
-// shiftedRoot is the directory of a range's layer copies: owned by the
+// shiftedDir is where a range's layer copies are.
+func (s *Store) shiftedDir(ids runtime.IDMap) string {
+	return filepath.Join(s.dir, "oci", "shifted", strconv.FormatUint(uint64(ids.HostID), 10))
+}
+
+// shiftedRoot makes the directory of a range's layer copies: owned by the
 // range's root and closed to everyone else (the copies keep setuid bits).
 func (s *Store) shiftedRoot(ids runtime.IDMap) (string, error) {
 	base := filepath.Join(s.dir, "oci", "shifted")
@@ -79,7 +84,7 @@ func (s *Store) shiftedRoot(ids runtime.IDMap) (string, error) {
 	if err := os.Chmod(filepath.Dir(base), 0o711); err != nil {
 		return "", err
 	}
-	dir := filepath.Join(base, strconv.FormatUint(uint64(ids.HostID), 10))
+	dir := s.shiftedDir(ids)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", err
 	}
@@ -90,15 +95,14 @@ func (s *Store) shiftedRoot(ids runtime.IDMap) (string, error) {
 // the fallback for a runtime that cannot idmap layers. One copy per range
 // and layer, made once (concurrent callers share the making).
 func (s *Store) shifted(ctx context.Context, diff string, ids runtime.IDMap) (string, error) {
-	root, err := s.shiftedRoot(ids)
-	if err != nil {
-		return "", err
-	}
-	dst := filepath.Join(root, hexOf(diff))
-	if _, err := os.Stat(dst); err == nil {
+	dst := filepath.Join(s.shiftedDir(ids), hexOf(diff))
+	if _, err := os.Stat(dst); err == nil { // every create after the first: no other I/O
 		return dst, nil
 	}
-	err = s.pulls.do(ctx, "shift "+dst, func(context.Context) error {
+	if _, err := s.shiftedRoot(ids); err != nil {
+		return "", err
+	}
+	err := s.pulls.do(ctx, "shift "+dst, func(context.Context) error {
 		if _, err := os.Stat(dst); err == nil {
 			return nil
 		}

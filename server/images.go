@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -68,49 +67,34 @@ func wantsNDJSON(r *http.Request) bool {
 // the pull's own goroutine (one that other callers share), so writes are
 // serialized and stop when the handler returns.
 type pullStream struct {
-	mu      sync.Mutex
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	started bool
-	done    bool
+	mu   sync.Mutex
+	nd   *ndjson
+	done bool
 }
+
+func newPullStream(w http.ResponseWriter) *pullStream { return &pullStream{nd: newNDJSON(w)} }
 
 func (p *pullStream) send(ev api.PullEvent) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done {
-		return
+	if !p.done {
+		p.nd.write(ev)
 	}
-	if !p.started {
-		p.w.Header().Set("Content-Type", "application/x-ndjson")
-		p.w.Header().Set("X-Content-Type-Options", "nosniff")
-		p.w.WriteHeader(http.StatusOK)
-		p.started = true
-	}
-	b, _ := json.Marshal(ev)
-	p.w.Write(append(b, '\n'))
-	p.rc.Flush()
 }
 
-// finish ends the stream with the result or the error.
+// finish ends the stream with the result or the error: an error before
+// the stream began is the handler's to write.
 func (p *pullStream) finish(img *api.Image, err error) error {
-	if err != nil {
-		p.mu.Lock()
-		started := p.started
-		p.mu.Unlock()
-		if !started {
-			p.mu.Lock()
-			p.done = true
-			p.mu.Unlock()
-			return err
-		}
-		p.send(api.PullEvent{Status: api.PullError, Error: &api.Error{Class: string(errdefs.ClassOf(err)), Message: errdefs.Message(err)}})
-	} else {
-		p.send(api.PullEvent{Status: api.PullDone, Image: img})
-	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.done = true
-	p.mu.Unlock()
+	switch {
+	case err != nil && !p.nd.started:
+	case err != nil:
+		p.nd.write(api.PullEvent{Status: api.PullError, Error: &api.Error{Class: string(errdefs.ClassOf(err)), Message: errdefs.Message(err)}})
+	default:
+		p.nd.write(api.PullEvent{Status: api.PullDone, Image: img})
+	}
 	return err
 }
 
@@ -129,7 +113,7 @@ func (g *imagesGroup) pull(w http.ResponseWriter, r *http.Request) error {
 		}
 		return writeJSON(w, http.StatusOK, img)
 	}
-	ps := &pullStream{w: w, rc: http.NewResponseController(w)}
+	ps := newPullStream(w)
 	img, err := g.images.Pull(r.Context(), req.Ref, ps.send)
 	return ps.finish(&img, err)
 }
@@ -143,7 +127,7 @@ func (g *imagesGroup) importImages(w http.ResponseWriter, r *http.Request) error
 		}
 		return writeJSON(w, http.StatusOK, api.ListImagesResponse{Images: imgs})
 	}
-	ps := &pullStream{w: w, rc: http.NewResponseController(w)}
+	ps := newPullStream(w)
 	imgs, err := g.images.Import(r.Context(), r.Body, as, ps.send)
 	var last *api.Image
 	if len(imgs) > 0 {

@@ -140,14 +140,17 @@ func newNDJSON(w http.ResponseWriter) *ndjson {
 	return &ndjson{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
 }
 
-func (n *ndjson) send(ev api.ExecEvent) error {
+func (n *ndjson) send(ev api.ExecEvent) error { return n.write(ev) }
+
+// write sends one line of any event type.
+func (n *ndjson) write(v any) error {
 	if !n.started {
 		n.w.Header().Set("Content-Type", "application/x-ndjson")
 		n.w.Header().Set("X-Content-Type-Options", "nosniff")
 		n.w.WriteHeader(http.StatusOK)
 		n.started = true
 	}
-	if err := n.enc.Encode(ev); err != nil {
+	if err := n.enc.Encode(v); err != nil {
 		return err
 	}
 	return n.rc.Flush()
