@@ -9,13 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +21,7 @@ import (
 	"github.com/berthsh/berth/guest/files"
 	"github.com/berthsh/berth/guest/proc"
 	"github.com/berthsh/berth/guestclient"
+	"github.com/berthsh/berth/internal/testutil"
 )
 
 // guestWithProcesses serves the real guest protocol on a unix socket with
@@ -32,23 +29,7 @@ import (
 // the guest and its client left no goroutine or descriptor behind.
 func guestWithProcesses(t *testing.T) *guestclient.Client {
 	t.Helper()
-	// The reaper's first signal.Notify starts os/signal's goroutine for
-	// good, and the first pipe the runtime's poller with its descriptors.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGCHLD)
-	signal.Stop(sig)
-	if r, w, err := os.Pipe(); err == nil {
-		r.Close()
-		w.Close()
-	}
-	goroutines, fds := runtime.NumGoroutine(), openFDs(t)
-	t.Cleanup(func() {
-		if !waitUntil(5*time.Second, func() bool { return runtime.NumGoroutine() <= goroutines && openFDs(t) <= fds }) {
-			buf := make([]byte, 1<<20)
-			t.Errorf("leaked: %d goroutines (had %d), %d descriptors (had %d)\n%s",
-				runtime.NumGoroutine(), goroutines, openFDs(t), fds, buf[:runtime.Stack(buf, true)])
-		}
-	})
+	testutil.NoLeaks(t)
 
 	sock := filepath.Join(t.TempDir(), "guest.sock")
 	l, err := net.Listen("unix", sock)
@@ -80,25 +61,6 @@ func guestWithProcesses(t *testing.T) *guestclient.Client {
 		fs.Close()
 	})
 	return c
-}
-
-func openFDs(t *testing.T) int {
-	es, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(es)
-}
-
-func waitUntil(d time.Duration, ok func() bool) bool {
-	for end := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
-		if ok() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-	}
 }
 
 // follower reads an attachment on a goroutine of its own.

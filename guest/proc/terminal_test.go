@@ -4,51 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/signal"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/internal/testutil"
 )
-
-// noLeaks checks, when the test ends, that it left no goroutine and no
-// descriptor behind. Call it before newTable: cleanups run last first.
-func noLeaks(t *testing.T) {
-	t.Helper()
-	// The reaper's first signal.Notify starts os/signal's goroutine for
-	// good, and the first pipe the runtime's poller with its descriptors.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGCHLD)
-	signal.Stop(sig)
-	if r, w, err := os.Pipe(); err == nil {
-		r.Close()
-		w.Close()
-	}
-	goroutines, fds := runtime.NumGoroutine(), openFDs(t)
-	t.Cleanup(func() {
-		if !eventually(5*time.Second, func() bool { return runtime.NumGoroutine() <= goroutines && openFDs(t) <= fds }) {
-			buf := make([]byte, 1<<20)
-			t.Errorf("leaked: %d goroutines (had %d), %d descriptors (had %d)\n%s",
-				runtime.NumGoroutine(), goroutines, openFDs(t), fds, buf[:runtime.Stack(buf, true)])
-		}
-	})
-}
-
-func openFDs(t *testing.T) int {
-	t.Helper()
-	es, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(es)
-}
 
 func ttySpec(rows, cols uint16, args ...string) guestapi.ProcessSpec {
 	return guestapi.ProcessSpec{Args: args, TTY: &guestapi.TTY{Rows: rows, Cols: cols}}
@@ -105,7 +70,7 @@ func (s *screen) end(t *testing.T) *guestapi.Result {
 }
 
 func TestTerminal(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t) // before newTable: cleanups run last first
 	tb := newTable(t)
 	r := run(t, tb, ttySpec(33, 101, "stty", "size"))
 	if string(r.Stdout) != "33 101\r\n" || r.Stderr != nil || r.ExitCode != 0 {
@@ -138,7 +103,7 @@ func TestTerminal(t *testing.T) {
 }
 
 func TestTerminalResize(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t) // before newTable: cleanups run last first
 	tb := newTable(t)
 	p, err := tb.Start(ttySpec(24, 80, "sh", "-c", `trap 'echo WINCH' WINCH; stty size; until read x; do :; done; stty size`))
 	if err != nil {
@@ -182,7 +147,7 @@ func TestTerminalResize(t *testing.T) {
 }
 
 func TestTerminalInterrupt(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t) // before newTable: cleanups run last first
 	tb := newTable(t)
 	p, err := tb.Start(ttySpec(24, 80, "sleep", "100"))
 	if err != nil {
@@ -210,7 +175,7 @@ func TestTerminalInterrupt(t *testing.T) {
 }
 
 func TestTerminalCloseInput(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t) // before newTable: cleanups run last first
 	tb := newTable(t)
 	p, err := tb.Start(ttySpec(24, 80, "cat"))
 	if err != nil {
@@ -232,7 +197,7 @@ func TestTerminalCloseInput(t *testing.T) {
 }
 
 func TestOpenStdin(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t) // before newTable: cleanups run last first
 	tb := newTable(t)
 	p, err := tb.Start(guestapi.ProcessSpec{Args: []string{"cat"}, OpenStdin: true, Stdin: []byte("first ")})
 	if err != nil {
@@ -285,7 +250,7 @@ func TestOpenStdin(t *testing.T) {
 // TestInputRespectsContext: input to a process that does not read waits
 // only as long as its context, and a process that exits ends the wait.
 func TestInputRespectsContext(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t) // before newTable: cleanups run last first
 	tb := newTable(t)
 	big := bytes.Repeat([]byte("x"), 4<<20)
 	for _, spec := range []guestapi.ProcessSpec{
@@ -322,7 +287,7 @@ func TestInputRespectsContext(t *testing.T) {
 // TestScrollback: an attachment made later gets exactly the last
 // ScrollbackBytes of a terminal's output, then what comes.
 func TestScrollback(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t) // before newTable: cleanups run last first
 	tb := newTable(t)
 	p, err := tb.Start(ttySpec(24, 80, "sh", "-c", `seq 1 200000; echo MARK; read x; echo after $x`))
 	if err != nil {
@@ -373,7 +338,7 @@ func collectNow(p *Process) (string, bool) {
 // their own pace; one that never reads holds up nobody, and ending one
 // leaves the process running.
 func TestAttachmentsFanOut(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t) // before newTable: cleanups run last first
 	tb := newTable(t)
 	for _, tty := range []bool{false, true} {
 		// Less than the scrollback: an attachment of a terminal that falls

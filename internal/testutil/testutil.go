@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // RequireRoot skips a test that needs root on a developer's machine and fails
@@ -156,4 +159,41 @@ func Program(tb testing.TB, pkg string) string {
 	}
 	programs[pkg] = path
 	return path
+}
+
+// NoLeaks checks, when the test ends, that it left no goroutine and no
+// descriptor behind (waiting up to 5 s for them to go). Call it before
+// what it checks is made: cleanups run last first. Goroutines and
+// descriptors that the runtime keeps for good once used (os/signal's
+// goroutine for a reaper's SIGCHLD, the poller's descriptors) are started
+// first, so they do not count.
+func NoLeaks(t testing.TB) {
+	t.Helper()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGCHLD)
+	signal.Stop(sig)
+	if r, w, err := os.Pipe(); err == nil {
+		r.Close()
+		w.Close()
+	}
+	goroutines, fds := runtime.NumGoroutine(), openFDs(t)
+	t.Cleanup(func() {
+		for end := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > goroutines || openFDs(t) > fds; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				buf := make([]byte, 1<<20)
+				t.Errorf("leaked: %d goroutines (had %d), %d descriptors (had %d)\n%s",
+					runtime.NumGoroutine(), goroutines, openFDs(t), fds, buf[:runtime.Stack(buf, true)])
+				return
+			}
+		}
+	})
+}
+
+func openFDs(t testing.TB) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
 }
