@@ -152,7 +152,7 @@ func TestReplaceBetween(t *testing.T) {
 
 func TestConfigCheck(t *testing.T) {
 	good := config{berth: os.Args[0], rounds: 1, execRounds: 1, density: 1, window: time.Second, smallFiles: 1,
-		netRounds: 1, netRequests: 1, netDensity: 1, portsRounds: 1, portsRequests: 1, portsIdle: 1}
+		netRounds: 1, netRequests: 1, netDensity: 1, portsRounds: 1, portsRequests: 1, portsIdle: 1, pullRounds: 1, imageBytes: 1 << 20}
 	if err := good.check(); err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +166,8 @@ func TestConfigCheck(t *testing.T) {
 		"ports":    func(c *config) { c.portsIdle = 0 },
 		"only":     func(c *config) { c.only = []string{"nope"} },
 		"net load": func(c *config) { c.netRounds, c.netRequests = 1000, 1000 },
+		"pulls":    func(c *config) { c.pullRounds = 0 },
+		"image":    func(c *config) { c.imageBytes = 2 << 30 },
 	} {
 		c := good
 		mut(&c)
@@ -196,7 +198,8 @@ func TestMeasureSmoke(t *testing.T) {
 	work := testutil.StateDir(t)
 	cfg := config{berth: testutil.Berth(t), work: work, rounds: 2, execRounds: 3, density: 3, bursts: []int{3},
 		clients: []int{1, 4}, window: 200 * time.Millisecond, smallFiles: 20, peers: true,
-		net: true, netRounds: 2, netRequests: 3, netDensity: 2, portsRounds: 2, portsRequests: 3, portsIdle: 5}
+		net: true, netRounds: 2, netRequests: 3, netDensity: 2, portsRounds: 2, portsRequests: 3, portsIdle: 5,
+		pullRounds: 2, imageBytes: 4 << 20}
 	netnsBefore, _ := os.ReadDir("/run/netns")
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -219,22 +222,26 @@ func TestMeasureSmoke(t *testing.T) {
 			t.Errorf("%s / %s: implausible summary %+v", m.Name, m.Subject, m.Summary)
 		}
 	}
-	for _, g := range []string{"start", "exec", "files", "density", "network", "ports"} {
+	for _, g := range []string{"start", "exec", "files", "density", "network", "ports", "images"} {
 		if !groups[g] {
 			t.Errorf("no %s rows", g)
 		}
 	}
-	for _, peer := range []string{"crun run", "runc run", "runsc run", "bwrap", "podman run --rm"} {
+	for _, peer := range []struct{ group, subject string }{
+		{"start", "crun run"}, {"start", "runc run"}, {"start", "runsc run"}, {"start", "bwrap"}, {"start", "podman run --rm"},
+		{"images", "podman run --rm (the same image, loaded)"},
+	} {
 		found := false
 		for _, m := range res.Metrics {
-			found = found || (m.Group == "start" && m.Subject == peer)
+			found = found || (m.Group == peer.group && m.Subject == peer.subject)
 		}
 		if !found {
-			t.Errorf("peer %s has no row (a peer that cannot run is reported, not dropped)", peer)
+			t.Errorf("peer %s has no %s row (a peer that cannot run is reported, not dropped)", peer.subject, peer.group)
 		}
 	}
 	// Both daemons removed their state: no sandbox was left to delete.
-	for _, d := range []string{"berth-warm", "berth-cold", "berth-sized-pool", "berth-net", "berth-net-none", "berth-net-allowlist", "berth-ports"} {
+	for _, d := range []string{"berth-warm", "berth-cold", "berth-sized-pool", "berth-net", "berth-net-none", "berth-net-allowlist", "berth-ports",
+		"berth-images", "berth-images-pool", "image"} {
 		if _, err := os.Stat(filepath.Join(work, d)); !os.IsNotExist(err) {
 			t.Errorf("%s's state is still there (a sandbox was left?): %v", d, err)
 		}
@@ -246,6 +253,11 @@ func TestMeasureSmoke(t *testing.T) {
 		out, _ := exec.Command(rt, "list", "-q").Output()
 		if strings.Contains(string(out), fmt.Sprintf("-%d-", os.Getpid())) {
 			t.Errorf("%s containers left: %s", rt, out)
+		}
+	}
+	if podman, err := exec.LookPath("podman"); err == nil {
+		if exec.Command(podman, "image", "exists", podmanImageRef).Run() == nil {
+			t.Errorf("podman still has %s", podmanImageRef)
 		}
 	}
 	// The test internet's namespace went with the network step.

@@ -88,7 +88,12 @@ func startDaemon(ctx context.Context, bin, work, name string, pool int, log *slo
 
 // create makes a sandbox with the daemon's defaults and remembers it.
 func (d *daemon) create(ctx context.Context) (api.Sandbox, error) {
-	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	return d.createFrom(ctx, api.CreateSandboxRequest{})
+}
+
+// createFrom makes a sandbox of req and remembers it.
+func (d *daemon) createFrom(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	sb, err := d.client.CreateSandbox(ctx, req)
 	if err == nil {
 		d.mu.Lock()
 		d.ids[sb.ID] = true
@@ -189,10 +194,10 @@ func (d *daemon) pooled(ctx context.Context) (int, error) {
 	return 0, errors.New("no berth_sandboxes{state=\"pooled\"} in /metrics")
 }
 
-// createEcho is berth's "start isolated, print hi": a create and the first
-// exec's output, checked.
-func (d *daemon) createEcho(ctx context.Context) (string, error) {
-	sb, err := d.create(ctx)
+// createEcho is berth's "start isolated, print hi": a create (of image;
+// "": the daemon's default) and the first exec's output, checked.
+func (d *daemon) createEcho(ctx context.Context, image string) (string, error) {
+	sb, err := d.createFrom(ctx, api.CreateSandboxRequest{Image: image})
 	if err != nil {
 		return "", err
 	}
@@ -228,7 +233,7 @@ func apiSubject(name string, d *daemon, full bool) subject {
 	return subject{
 		name: name,
 		once: func(ctx context.Context) (func(), error) {
-			id, err := d.createEcho(ctx)
+			id, err := d.createEcho(ctx, "")
 			if id == "" {
 				return nil, err
 			}

@@ -52,7 +52,9 @@ func main() {
 	flag.IntVar(&cfg.portsRounds, "ports-rounds", 20, "rounds of a batch of round trips on each port path")
 	flag.IntVar(&cfg.portsRequests, "ports-requests", 100, "round trips in each batch")
 	flag.IntVar(&cfg.portsIdle, "ports-idle", 1000, "idle WebSockets held open for the daemon's memory")
-	only := flag.String("only", "", "run only these steps, comma-separated: starts, exec, roundtrips, throughput, bursts, files, density, network, ports (a partial run; do not give -readme)")
+	flag.IntVar(&cfg.pullRounds, "pull-rounds", 10, "first pulls of the image from the bench's registry")
+	flag.Int64Var(&cfg.imageBytes, "image", 100<<20, "random bytes in the pulled image, split over its 4 data layers")
+	only := flag.String("only", "", "run only these steps, comma-separated: starts, exec, roundtrips, throughput, bursts, files, density, network, ports, images (a partial run; do not give -readme)")
 	out := flag.String("out", "bench/results", "directory for latest.md and latest.json")
 	readme := flag.String("readme", "", "a file whose section between <!-- bench:start --> and <!-- bench:end --> gets the table")
 	flag.Parse()
@@ -130,9 +132,13 @@ func (c config) check() error {
 		return errors.New("-big must be between 0 and 4 GiB")
 	case c.smallFiles < 1 || c.smallFiles > 100_000:
 		return errors.New("-small-files must be between 1 and 100000")
+	case c.pullRounds < 1 || c.pullRounds > 100:
+		return errors.New("-pull-rounds must be between 1 and 100")
+	case c.imageBytes < imageLayers || c.imageBytes > 1<<30:
+		return errors.New("-image must be between 4 bytes and 1 GiB")
 	}
 	for _, k := range c.only {
-		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "files", "density", "network", "ports"}, k) {
+		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "files", "density", "network", "ports", "images"}, k) {
 			return fmt.Errorf("-only: %q is not a step", k)
 		}
 	}

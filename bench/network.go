@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -48,15 +49,7 @@ const netSecret = "bench-key"
 func (s *suite) network(ctx context.Context) (err error) {
 	t := &fakeT{dir: s.cfg.work}
 	defer t.close()
-	defer func() {
-		switch r := recover().(type) {
-		case nil:
-		case fatal:
-			err = errors.New(string(r))
-		default:
-			panic(r)
-		}
-	}()
+	defer recoverFatal(&err)
 	inet := testnet.New(t)
 	inet.SetRecord("web.bench", netWeb)
 	inet.SetRecord("api.bench", netAPI)
@@ -309,15 +302,31 @@ func rss(pid int) int64 {
 	return 0
 }
 
-// fakeT gives internal/testnet what it needs of a test outside go test:
-// cleanups run by close, and a failure that ends the step (network
-// recovers it as its error).
+// fakeT gives internal/testnet and internal/testregistry what they need of
+// a test outside go test: cleanups run by close, and a failure that ends
+// the step (recoverFatal makes it the step's error).
 type fakeT struct {
+	// testing.TB, nil, only makes fakeT a testing.TB (its unexported method)
+	// for testregistry's parameters; the methods those packages call are
+	// fakeT's own, below.
+	testing.TB
 	dir      string
 	cleanups []func()
 }
 
 type fatal string
+
+// recoverFatal, deferred, turns a fakeT's failure into *err; any other
+// panic goes on.
+func recoverFatal(err *error) {
+	switch r := recover().(type) {
+	case nil:
+	case fatal:
+		*err = errors.New(string(r))
+	default:
+		panic(r)
+	}
+}
 
 func (t *fakeT) Helper()                           {}
 func (t *fakeT) Fatal(args ...any)                 { panic(fatal(fmt.Sprint(args...))) }

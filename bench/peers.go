@@ -238,6 +238,12 @@ func bwrapSubject() subject {
 // (no registry is needed).
 const podmanImage = "localhost/berth-bench:latest"
 
+// podmanRunFlags are the flags of every podman run of the bench. This
+// host's limits need explicit ulimits (podman's defaults exceed the hard
+// limits); cgroupfs because there is no systemd to ask.
+var podmanRunFlags = []string{"--network", "none", "--cgroup-manager", "cgroupfs",
+	"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}
+
 // podmanSubject measures `podman run --rm` and `podman exec`.
 func podmanSubject(ctx context.Context, rootfs string) (subject, func()) {
 	s := subject{name: "podman run --rm", execName: "podman exec"}
@@ -252,16 +258,12 @@ func podmanSubject(ctx context.Context, rootfs string) (subject, func()) {
 		return s, func() {}
 	}
 	cleanup := func() { command(context.Background(), path, "rmi", "-f", podmanImage) }
-	// This host's limits need explicit ulimits (podman's defaults exceed the
-	// hard limits); cgroupfs because there is no systemd to ask.
-	common := []string{"--network", "none", "--cgroup-manager", "cgroupfs",
-		"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}
 	s.once = func(ctx context.Context) (func(), error) {
-		return nil, wantHi(command(ctx, path, append(append([]string{"run", "--rm"}, common...), podmanImage, "/usr/bin/echo", "hi")...))
+		return nil, wantHi(command(ctx, path, append(append([]string{"run", "--rm"}, podmanRunFlags...), podmanImage, "/usr/bin/echo", "hi")...))
 	}
 	s.boot = func(ctx context.Context) (*running, error) {
 		id := nextID("bench-long")
-		if err := detached(ctx, path, append(append([]string{"run", "-d", "--name", id}, common...), podmanImage, "/usr/bin/sleep", "3600")...); err != nil {
+		if err := detached(ctx, path, append(append([]string{"run", "-d", "--name", id}, podmanRunFlags...), podmanImage, "/usr/bin/sleep", "3600")...); err != nil {
 			return nil, err
 		}
 		return &running{

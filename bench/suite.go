@@ -41,6 +41,8 @@ type config struct {
 	portsRounds   int           // rounds of a batch of round trips on each port path
 	portsRequests int           // round trips in a batch
 	portsIdle     int           // idle WebSockets held for the daemon's memory
+	pullRounds    int           // first pulls of the image
+	imageBytes    int64         // random bytes in the pulled image, over its data layers
 	only          []string      // the steps to run (by key; empty: all)
 }
 
@@ -111,6 +113,7 @@ func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error
 			return s.network(ctx)
 		}},
 		{"ports", "ports", func(ctx context.Context, _ []subject) error { return s.ports(ctx) }},
+		{"images", "images", func(ctx context.Context, _ []subject) error { return s.images(ctx) }},
 	}
 	for _, step := range steps {
 		if len(cfg.only) > 0 && !slices.Contains(cfg.only, step.key) {
@@ -153,8 +156,9 @@ func (s *suite) peers(ctx context.Context) ([]subject, error) {
 // interleave takes rounds of one sample of each live subject, in an order
 // that rotates every round, so that a machine's drift falls on every
 // subject alike. After each sample, outside the clock, its sandbox is
-// deleted and, with settle, the warm pool refilled before the next one.
-func (s *suite) interleave(ctx context.Context, subjects []subject, rounds int, settle bool, sample func(context.Context, subject) (func(), error)) map[string]series {
+// deleted and, with settle (nil: none), the warm pools refilled before the
+// next one.
+func (s *suite) interleave(ctx context.Context, subjects []subject, rounds int, settle func(context.Context) error, sample func(context.Context, subject) (func(), error)) map[string]series {
 	out := map[string]series{}
 	for _, sub := range subjects {
 		out[sub.name] = newSeries(rounds)
@@ -163,8 +167,8 @@ func (s *suite) interleave(ctx context.Context, subjects []subject, rounds int, 
 	for r := range rounds {
 		for i := range subjects {
 			sub := subjects[(r+i)%len(subjects)]
-			if settle {
-				if err := s.warm.settle(ctx); err != nil {
+			if settle != nil {
+				if err := settle(ctx); err != nil {
 					s.log.Warn("settle", "err", err)
 				}
 				// The pool check just woke the daemon; every sample, berth's
@@ -195,7 +199,7 @@ func (s *suite) interleave(ctx context.Context, subjects []subject, rounds int, 
 // starts measures "start isolated, print hi" for every subject.
 func (s *suite) starts(ctx context.Context, subjects []subject) error {
 	live := measurable(subjects)
-	got := s.interleave(ctx, live, s.cfg.rounds, true, func(ctx context.Context, sub subject) (func(), error) { return sub.once(ctx) })
+	got := s.interleave(ctx, live, s.cfg.rounds, s.warm.settle, func(ctx context.Context, sub subject) (func(), error) { return sub.once(ctx) })
 	const name = "create → first exec output (`echo hi`), sequential"
 	s.res.Metrics = append(s.res.Metrics, rows("start", name, subjects, got, "berth", s.cfg.rounds, map[string]*Target{
 		"berth":    {Stat: "p50", AtMost: true, Limit: 10},
@@ -234,7 +238,7 @@ func (s *suite) execs(ctx context.Context, subjects []subject) error {
 	}
 	// No creates here, so nothing to refill: no request to the daemon
 	// between samples that would wake it just before berth's.
-	got := s.interleave(ctx, live, s.cfg.execRounds, false, func(ctx context.Context, sub subject) (func(), error) {
+	got := s.interleave(ctx, live, s.cfg.execRounds, nil, func(ctx context.Context, sub subject) (func(), error) {
 		return nil, envs[sub.name].exec(ctx)
 	})
 	s.res.Metrics = append(s.res.Metrics, rows("exec", "exec round trip (`true`) in a running sandbox", shown, got, "berth", s.cfg.execRounds, map[string]*Target{
@@ -404,7 +408,7 @@ func (s *suite) burst(ctx context.Context, d *daemon, subject string, n int, tar
 	for i := range n {
 		wg.Go(func() {
 			t0 := time.Now()
-			ids[i], errs[i] = d.createEcho(ctx)
+			ids[i], errs[i] = d.createEcho(ctx, "")
 			if errs[i] == nil {
 				lat[i] = time.Since(t0)
 			}
