@@ -3,10 +3,10 @@ package api
 import "time"
 
 // Image is a stored image: pulled from a registry, imported from a file or
-// (later) built as a template.
+// built as a template.
 type Image struct {
-	// ID is the digest of the image's manifest, "sha256:…": a reference
-	// that always means these files.
+	// ID is the digest of the image's manifest (of its config, for a
+	// template), "sha256:…": a reference that always means these files.
 	ID string `json:"id"`
 	// Names are the references that resolve to it
 	// ("docker.io/library/python:3.12-slim").
@@ -21,6 +21,9 @@ type Image struct {
 	Config    ImageConfig `json:"config"`
 	// InUse lists the sandboxes made of it (inspect only).
 	InUse []string `json:"in_use,omitempty"`
+	// Template says it was built here from a Dockerfile (berth template
+	// build); Source is then "build:" and the Dockerfile's path.
+	Template bool `json:"template,omitempty"`
 	// Notes say what unpacking skipped (device files, extended attributes
 	// that would mean something on the host).
 	Notes []string `json:"notes,omitempty"`
@@ -60,6 +63,9 @@ type PruneResult struct {
 	Images     []string `json:"images"`
 	Layers     int      `json:"layers"`
 	FreedBytes int64    `json:"freed_bytes"`
+	// CacheEntries is how many cached template build steps went (prune
+	// with all).
+	CacheEntries int `json:"cache_entries,omitempty"`
 }
 
 // Pull progress statuses.

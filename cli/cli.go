@@ -50,7 +50,7 @@ func AddCommands(root *cobra.Command) {
 		cpCommand(connect), fsCommand(connect), runtimesCommand(connect),
 		networkCommand(connect), secretCommand(connect), egressCommand(connect),
 		portsCommand(connect), portForwardCommand(connect), shellCommand(connect), attachCommand(connect), accessTokenCommand(connect),
-		imageCommand(connect), poolCommand(connect),
+		imageCommand(connect), poolCommand(connect), templateCommand(connect),
 	)
 }
 

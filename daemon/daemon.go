@@ -32,6 +32,7 @@ import (
 	"github.com/berthsh/berth/sandbox"
 	"github.com/berthsh/berth/server"
 	"github.com/berthsh/berth/store"
+	"github.com/berthsh/berth/template"
 )
 
 // Config is the daemon's typed configuration.
@@ -222,7 +223,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	}
 	proxy := ports.New(ports.Config{Domain: cfg.Domain, Log: log}, m)
 	d.closers = append(d.closers, func() error { proxy.Close(); return nil })
-	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics, server.WithPortsDomain(cfg.Domain)), server.ImagesAPI(images, m), proxy)
+	builder, err := template.New(images, st, m, filepath.Join(cfg.StateDir, "builds"), log.With("subsystem", "template"))
+	if err != nil {
+		return nil, err
+	}
+	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics, server.WithPortsDomain(cfg.Domain)),
+		server.ImagesAPI(images, m), server.TemplatesAPI(builder, images), proxy)
 	return d, nil
 }
 

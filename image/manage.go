@@ -307,7 +307,8 @@ func (s *Store) Remove(ctx context.Context, ref string) (api.PruneResult, error)
 }
 
 // Prune removes the images no sandbox is made of (with all, named ones
-// too; else only unnamed ones) and the layers no image has left.
+// too, and the template build cache; else only unnamed ones) and the
+// layers no image or cached build step has left.
 func (s *Store) Prune(ctx context.Context, all bool) (api.PruneResult, error) {
 	res := api.PruneResult{Images: []string{}}
 	if s.db == nil {
@@ -318,6 +319,11 @@ func (s *Store) Prune(ctx context.Context, all bool) (api.PruneResult, error) {
 	recs, err := s.db.ListImages(ctx)
 	if err != nil {
 		return res, err
+	}
+	if all {
+		if res.CacheEntries, err = s.db.ClearBuildCache(ctx); err != nil {
+			return res, err
+		}
 	}
 	for _, r := range recs {
 		if len(r.Names) > 0 && !all {
@@ -343,7 +349,10 @@ func (s *Store) removeUnreferenced(ctx context.Context, res *api.PruneResult) er
 	if err != nil {
 		return err
 	}
-	used := map[string]bool{}
+	used, err := s.db.CachedLayers(ctx) // a template build's cache keeps its layers
+	if err != nil {
+		return err
+	}
 	for _, r := range recs {
 		for _, l := range r.Layers {
 			used[l] = true

@@ -177,7 +177,8 @@ func (s *Store) Lookup(ctx context.Context, ref string) (api.Image, error) {
 }
 
 func toAPI(rec store.Image) (api.Image, error) {
-	img := api.Image{ID: rec.ID, Names: rec.Names, Size: rec.Size, Layers: rec.Layers, Source: rec.Source, CreatedAt: rec.CreatedAt}
+	img := api.Image{ID: rec.ID, Names: rec.Names, Size: rec.Size, Layers: rec.Layers, Source: rec.Source, CreatedAt: rec.CreatedAt,
+		Template: strings.HasPrefix(rec.Source, BuiltPrefix)}
 	var cf v1.ConfigFile
 	if err := json.Unmarshal(rec.Config, &cf); err != nil {
 		return api.Image{}, fmt.Errorf("image %s: config: %w", rec.ID, err)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -230,6 +231,14 @@ type Stopper interface {
 	Stop(ctx context.Context, id string, state json.RawMessage) error
 	// Start boots a stopped sandbox again.
 	Start(ctx context.Context, spec Spec) (*Instance, error)
+}
+
+// Differ is a runtime that can read what a sandbox changed over its image.
+type Differ interface {
+	// Diff writes the writable layer of stopped sandbox id, whose ids map
+	// as users, to w as an OCI layer tar (see package layerdiff), leaving
+	// out what skip names.
+	Diff(ctx context.Context, id string, users IDMap, skip map[string][]byte, w io.Writer) (entries int, err error)
 }
 
 // Updater is a runtime that can change a running sandbox's limits.

@@ -245,3 +245,70 @@ func (s *Store) DeleteLayer(ctx context.Context, digest string) error {
 	}
 	return nil
 }
+
+// CachedStep returns the layer a template build's step with inputs key
+// made ("" for a step that changed no file): not_found when no build made
+// it, or when its layer is gone from the store.
+func (s *Store) CachedStep(ctx context.Context, key string) (string, error) {
+	var layer string
+	err := s.r.QueryRowContext(ctx, `SELECT c.layer FROM build_cache c
+		WHERE c.key = ? AND (c.layer = '' OR EXISTS (SELECT 1 FROM layers l WHERE l.digest = c.layer))`, key).Scan(&layer)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", errdefs.New(errdefs.NotFound, "build step %s not cached", key)
+	}
+	if err != nil {
+		return "", fmt.Errorf("build cache %s: %w", key, err)
+	}
+	return layer, nil
+}
+
+// CacheStep records that the step with inputs key made layer.
+func (s *Store) CacheStep(ctx context.Context, key, layer string) error {
+	_, err := s.w.ExecContext(ctx, `INSERT INTO build_cache (key, layer, created_at) VALUES (?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET layer = excluded.layer, created_at = excluded.created_at`, key, layer, time.Now().UnixNano())
+	if err != nil {
+		return fmt.Errorf("build cache %s: %w", key, err)
+	}
+	return nil
+}
+
+// CachedLayers returns the layers the build cache holds.
+func (s *Store) CachedLayers(ctx context.Context) (map[string]bool, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT layer FROM build_cache WHERE layer != ''`)
+	if err != nil {
+		return nil, fmt.Errorf("build cache: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			return nil, fmt.Errorf("build cache: %w", err)
+		}
+		out[d] = true
+	}
+	return out, rows.Err()
+}
+
+// ClearBuildCache forgets every cached build step and says how many.
+func (s *Store) ClearBuildCache(ctx context.Context) (int, error) {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM build_cache`)
+	if err != nil {
+		return 0, fmt.Errorf("clear the build cache: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// DeleteIntermediate deletes image id if it has no name and no sandbox is
+// made of it (a template build's step image), and says whether it did.
+func (s *Store) DeleteIntermediate(ctx context.Context, id string) (bool, error) {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM images WHERE id = ?
+		AND NOT EXISTS (SELECT 1 FROM image_names WHERE image_id = ?)
+		AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE image_id = ?)`, id, id, id)
+	if err != nil {
+		return false, fmt.Errorf("delete image %s: %w", id, err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}

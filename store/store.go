@@ -89,6 +89,11 @@ func migrations() []string {
 			digest TEXT PRIMARY KEY,
 			size INTEGER NOT NULL
 		);`,
+		`CREATE TABLE build_cache (
+			key TEXT PRIMARY KEY,
+			layer TEXT NOT NULL,
+			created_at INTEGER NOT NULL
+		);`,
 	}
 }
 

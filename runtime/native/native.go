@@ -33,6 +33,7 @@ import (
 	"github.com/berthsh/berth/capability"
 	"github.com/berthsh/berth/cgroup"
 	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/layerdiff"
 	"github.com/berthsh/berth/internal/hostpath"
 	"github.com/berthsh/berth/internal/osthread"
 	"github.com/berthsh/berth/runtime"
@@ -271,7 +272,19 @@ var (
 	_ runtime.Stopper       = (*Runtime)(nil)
 	_ runtime.Updater       = (*Runtime)(nil)
 	_ runtime.StatsProvider = (*Runtime)(nil)
+	_ runtime.Differ        = (*Runtime)(nil)
 )
+
+// Diff implements runtime.Differ: the overlay's upper directory, read by
+// package layerdiff.
+func (r *Runtime) Diff(ctx context.Context, id string, users runtime.IDMap, skip map[string][]byte, w io.Writer) (int, error) {
+	upper, _ := layerDirs(r.sandboxDir(id))
+	st, err := layerdiff.Write(w, upper, layerdiff.Options{IDs: layerdiff.IDs{Base: users.HostID, Size: users.Size}, Skip: skip})
+	if err != nil {
+		return st.Entries, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return st.Entries, nil
+}
 
 // Stats implements runtime.StatsProvider from the sandbox's cgroup and the
 // size of its writable layer.

@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/client"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/internal/testregistry"
+	"github.com/berthsh/berth/template"
+)
+
+// templateDockerfile uses every instruction a template build runs.
+const templateDockerfile = `ARG BASE
+FROM ${BASE}
+ARG GREETING=hello
+ENV APP_HOME=/srv/app \
+    MODE=test
+LABEL org.berth.test="template" version=1
+WORKDIR $APP_HOME
+COPY app/ ./
+COPY --chown=nobody:nogroup data.txt /srv/data/
+ADD bundle.tar.gz /opt/bundle/
+RUN ["/bin/sh", "-c", "echo exec-form > /srv/exec.txt"]
+RUN echo "$GREETING from $MODE" > greeting.txt && rm /etc/debian_version && useradd -m -u 1001 builder
+USER builder
+RUN whoami > /home/builder/me.txt
+EXPOSE 8080
+SHELL ["/bin/bash", "-c"]
+ENTRYPOINT ["/bin/sh", "-c"]
+CMD ["cat greeting.txt"]
+`
+
+// writeContext writes a build context with dockerfile into a new directory.
+func writeContext(t *testing.T, dockerfile string) string {
+	t.Helper()
+	dir := t.TempDir()
+	var bundle bytes.Buffer
+	zw := gzip.NewWriter(&bundle)
+	zw.Write(testregistry.Tar(t, testregistry.Entry{Name: "inside.txt", Body: "from the archive\n"}))
+	zw.Close()
+	for name, body := range map[string]string{
+		"Dockerfile":        dockerfile,
+		"app/main.py":       "print('hi')\n",
+		"app/lib/util.py":   "X = 1\n",
+		"data.txt":          "data\n",
+		"bundle.tar.gz":     bundle.String(),
+		"secret.env":        "TOKEN=ignored\n",
+		".dockerignore":     "secret.env\n**/__pycache__\n",
+		"app/__pycache__/x": "junk",
+	} {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func contextTar(t *testing.T, dir string) *bytes.Buffer {
+	t.Helper()
+	var b bytes.Buffer
+	if err := client.ContextTar(&b, dir, "Dockerfile"); err != nil {
+		t.Fatal(err)
+	}
+	return &b
+}
+
+// TestTemplateBuild builds a template from a Dockerfile on a real Debian
+// image: every instruction takes effect in a sandbox made of it, a
+// rebuild takes every step from the cache, and a changed last line reruns
+// only that line. A bad Dockerfile and a failing RUN store nothing and
+// leave no sandbox.
+func TestTemplateBuild(t *testing.T) {
+	reg := testregistry.Start(t)
+	reg.Push(t, "debian:bookworm", debianImage(t))
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	dir := writeContext(t, templateDockerfile)
+	req := api.BuildTemplateRequest{Name: "agent-env", Args: map[string]string{"BASE": reg.Ref("debian:bookworm"), "GREETING": "hi"}}
+
+	var steps []api.BuildEvent
+	var output strings.Builder
+	res, err := d.client.BuildTemplate(ctx, req, contextTar(t, dir), func(ev api.BuildEvent) {
+		switch ev.Type {
+		case api.BuildStep:
+			steps = append(steps, ev)
+		case api.BuildStdout, api.BuildStderr:
+			output.Write(ev.Data)
+		}
+	})
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, output.String())
+	}
+	if len(steps) != 17 || res.Executed != 7 || res.CachedSteps != 0 {
+		t.Fatalf("first build: %d steps, %d executed, %d cached", len(steps), res.Executed, res.CachedSteps)
+	}
+	if !res.Image.Template || !slices.Contains(res.Image.Names, "index.docker.io/library/agent-env:latest") {
+		t.Fatalf("template image: %+v", res.Image)
+	}
+	c := res.Image.Config
+	if c.User != "builder" || c.WorkingDir != "/srv/app" || c.Labels["org.berth.test"] != "template" || c.Labels["version"] != "1" ||
+		!slices.Contains(c.Env, "MODE=test") || !slices.Equal(c.ExposedPorts, []string{"8080/tcp"}) ||
+		!slices.Equal(c.Entrypoint, []string{"/bin/sh", "-c"}) || !slices.Equal(c.Cmd, []string{"cat greeting.txt"}) {
+		t.Fatalf("template config: %+v", c)
+	}
+	if slices.ContainsFunc(c.Env, func(kv string) bool { return strings.HasPrefix(kv, "GREETING=") }) {
+		t.Fatalf("an ARG landed in the image's env: %v", c.Env)
+	}
+
+	// A sandbox of the template.
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "agent-env"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ImageID != res.Image.ID || sb.User != "builder" || sb.Workdir != "/srv/app" {
+		t.Fatalf("sandbox of the template: %+v", sb)
+	}
+	r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: `set -e
+cat greeting.txt main.py lib/util.py /srv/exec.txt /opt/bundle/inside.txt /home/builder/me.txt
+stat -c '%U:%G %n' /srv/data/data.txt /srv/data /srv/app/main.py
+test ! -e /etc/debian_version && echo whited-out
+test ! -e secret.env && test ! -e __pycache__ && echo ignored
+echo "$MODE $APP_HOME"
+test "$(cat /etc/hostname)" = "$(hostname)" && echo own-hostname`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "hi from test\nprint('hi')\nX = 1\nexec-form\nfrom the archive\nbuilder\n" +
+		"nobody:nogroup /srv/data/data.txt\nnobody:nogroup /srv/data\nroot:root /srv/app/main.py\n" +
+		"whited-out\nignored\ntest /srv/app\nown-hostname\n"
+	if r.ExitCode != 0 || string(r.Stdout) != want {
+		t.Fatalf("the template's files: %d\n%s\n%s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	if err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// The same build again: every step from the cache, the same image.
+	again, err := d.client.BuildTemplate(ctx, req, contextTar(t, dir), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Executed != 0 || again.CachedSteps != 7 || again.Image.ID != res.Image.ID {
+		t.Fatalf("rebuild: %d executed, %d cached, %s (first %s)", again.Executed, again.CachedSteps, again.Image.ID, res.Image.ID)
+	}
+	// The last RUN changed, through the CLI: only it runs.
+	changed := strings.Replace(templateDockerfile, "RUN whoami > /home/builder/me.txt", "RUN whoami > /home/builder/me.txt && echo v2 >> /home/builder/me.txt", 1)
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(changed), 0o644)
+	out, errOut, code := d.cli("", "template", "build", "-t", "agent-env:v2", "--build-arg", "BASE="+reg.Ref("debian:bookworm"), "--build-arg", "GREETING=hi", dir)
+	if code != 0 || !strings.Contains(errOut, "1 steps ran, 6 from the cache") || strings.Count(errOut, "(cached)") != 6 ||
+		!strings.Contains(errOut, "RUN whoami > /home/builder/me.txt && echo v2 >> /home/builder/me.txt\n") {
+		t.Fatalf("rebuild with the last RUN changed: %d\n%s\n%s", code, out, errOut)
+	}
+	if out, _, code := d.cli("", "template", "ls"); code != 0 || !strings.Contains(out, "agent-env:latest") || !strings.Contains(out, "agent-env:v2") {
+		t.Fatalf("template ls:\n%s", out)
+	}
+
+	// Bad Dockerfiles: the instruction and its line named, nothing stored.
+	for _, bad := range []struct{ dockerfile, want string }{
+		{"FROM " + reg.Ref("debian:bookworm") + "\nHEALTHCHECK CMD true\n", "line 2: HEALTHCHECK CMD true: HEALTHCHECK is not supported"},
+		{"FROM " + reg.Ref("debian:bookworm") + "\nCOPY --from=build /x /y\n", "line 2"},
+		{"FROM " + reg.Ref("debian:bookworm") + "\nCOPY missing.txt /x\n", `source "missing.txt" is not in the build context`},
+		{"FROM " + reg.Ref("debian:bookworm") + "\nRUN echo partial > /partial && exit 3\n", "exit code 3"},
+	} {
+		os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(bad.dockerfile), 0o644)
+		_, err := d.client.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "broken"}, contextTar(t, dir), nil)
+		if !strings.Contains(errdefs.Message(err), bad.want) || (!errdefs.IsInvalidArgument(err) && !errdefs.IsNotFound(err)) {
+			t.Errorf("%q: got %v, want an error saying %q", bad.dockerfile, err, bad.want)
+		}
+	}
+	if _, err := d.client.InspectImage(ctx, "broken"); !errdefs.IsNotFound(err) {
+		t.Fatalf("a failed build stored a template: %v", err)
+	}
+	left, err := d.client.ListSandboxesSelector(ctx, template.LabelBuild)
+	if err != nil || len(left) != 0 {
+		t.Fatalf("build sandboxes left: %v %v", left, err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return d.sandboxDirs() == 0 })
+	// Only the templates are images: the steps' images are gone.
+	imgs, err := d.client.ListImages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range imgs {
+		if len(img.Names) == 0 {
+			t.Errorf("a step's image was left: %+v", img)
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/store"
+)
+
+// StoreLayer stores layer tar stream r (a sandbox's changes, or a build
+// step's files) as it stores a pulled layer: unpacked by the same code,
+// under the same limits, named by the tar's digest. A tar of no entries
+// stores nothing and gives diff "". The layer is kept until no image and
+// no cached build step has it.
+func (s *Store) StoreLayer(ctx context.Context, r io.Reader) (diff string, size int64, err error) {
+	if s.db == nil {
+		return "", 0, errdefs.New(errdefs.NotImplemented, "image store: this store has only the host image")
+	}
+	s.gc.RLock()
+	defer s.gc.RUnlock()
+	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
+	if err != nil {
+		return "", 0, fmt.Errorf("image store: %w", err)
+	}
+	defer func() {
+		if tmp != "" {
+			removeAll(tmp)
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", 0, err
+	}
+	h := sha256.New()
+	b := &budget{lim: s.limits.withDefaults(), dir: s.layersDir()}
+	if _, err := unpackLayer(tmp, io.TeeReader(r, h), b); err != nil {
+		return "", 0, err
+	}
+	if _, err := io.Copy(h, r); err != nil { // the tar's end, in the digest too
+		return "", 0, err
+	}
+	if b.entries == 0 {
+		return "", 0, nil
+	}
+	diff = digestOf(h)
+	if size, err := s.db.LayerSize(ctx, diff); err == nil { // the same changes again
+		return diff, size, nil
+	}
+	if err := syncDir(tmp); err != nil {
+		return "", 0, err
+	}
+	if err := os.Rename(tmp, s.layerDir(diff)); err != nil {
+		return "", 0, fmt.Errorf("image store: commit layer: %w", err)
+	}
+	tmp = ""
+	if err := s.db.PutLayer(ctx, diff, b.bytes); err != nil {
+		removeAll(s.layerDir(diff))
+		return "", 0, err
+	}
+	return diff, b.bytes, nil
+}
+
+// BuiltPrefix begins the source of an image built here: "build:" and the
+// Dockerfile's path.
+const BuiltPrefix = "build:"
+
+// StoreBuilt stores an image made here (a template) from its config,
+// whose rootfs lists stored layers, named names. Its id is the digest of
+// the config, which names every layer: the same files and settings are
+// the same image.
+func (s *Store) StoreBuilt(ctx context.Context, cf v1.ConfigFile, names []string, source string) (api.Image, error) {
+	if s.db == nil {
+		return api.Image{}, errdefs.New(errdefs.NotImplemented, "image store: this store has only the host image")
+	}
+	if len(cf.RootFS.DiffIDs) > maxLayers {
+		return api.Image{}, errdefs.New(errdefs.InvalidArgument, "image %s would have %d layers, over the %d a sandbox's root can stack", source, len(cf.RootFS.DiffIDs), maxLayers)
+	}
+	cf.RootFS.Type = "layers"
+	raw, err := json.Marshal(cf)
+	if err != nil {
+		return api.Image{}, err
+	}
+	sum := sha256.Sum256(raw)
+	rec := store.Image{ID: fmt.Sprintf("sha256:%x", sum), Config: raw, Source: source, CreatedAt: time.Now().UTC()}
+	s.gc.RLock()
+	defer s.gc.RUnlock()
+	for _, d := range cf.RootFS.DiffIDs {
+		size, err := s.db.LayerSize(ctx, d.String())
+		if err != nil {
+			return api.Image{}, fmt.Errorf("image %s: %w", source, err)
+		}
+		rec.Layers = append(rec.Layers, d.String())
+		rec.Size += size
+	}
+	var named []string
+	for _, n := range names {
+		r, err := s.parseRef(n)
+		if err != nil {
+			return api.Image{}, err
+		}
+		named = append(named, r.Name())
+	}
+	if err := s.db.PutImage(ctx, rec, named); err != nil {
+		return api.Image{}, err
+	}
+	out, err := s.db.GetImage(ctx, rec.ID)
+	if err != nil {
+		return api.Image{}, err
+	}
+	return toAPI(out)
+}
+
+// ConfigOf returns a stored image's OCI configuration.
+func (s *Store) ConfigOf(ctx context.Context, id string) (*v1.ConfigFile, error) {
+	if s.db == nil {
+		return nil, errdefs.New(errdefs.NotFound, "image %q not found: this store has only the host image", id)
+	}
+	rec, err := s.db.GetImage(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return v1.ParseConfigFile(bytes.NewReader(rec.Config))
+}
+
+// Forget removes the row of build step image id, if it is still unnamed
+// and unused, keeping its layers (the build cache has them).
+func (s *Store) Forget(ctx context.Context, id string) error {
+	if s.db == nil {
+		return nil
+	}
+	_, err := s.db.DeleteIntermediate(ctx, id)
+	return err
+}

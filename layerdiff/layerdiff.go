@@ -1,0 +1,370 @@
+// Package layerdiff reads what a sandbox changed: the writable (upper)
+// layer of its overlay root, written out as an OCI layer tar. A template
+// build commits each step this way; snapshots will too.
+//
+// The layer is the sandbox's, so its contents are hostile: the walk opens
+// every entry relative to its directory's descriptor and follows no
+// symlink, reads only regular files, and writes ids as the sandbox sees
+// them (host ids outside the sandbox's range become 65534). Overlay's own
+// marks become the OCI format's: a whiteout (a 0/0 character device) is a
+// ".wh." entry, an opaque directory ("user.overlay.opaque") a ".wh..wh..opq"
+// entry; other "user.overlay." attributes are overlay's and are left out.
+// The caller stops or freezes the sandbox first: a walk of a layer that is
+// changing sees some mixture of before and after.
+package layerdiff
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// OCI whiteout names.
+const (
+	whiteoutPrefix = ".wh."
+	opaqueMarker   = ".wh..wh..opq"
+	overlayXattr   = "user.overlay."
+	opaqueXattr    = "user.overlay.opaque"
+	overflowID     = 65534
+)
+
+// IDs is the sandbox's mapping: ids inside 0..Size-1 are Base..Base+Size-1
+// on the host.
+type IDs struct{ Base, Size uint32 }
+
+// Options shape the tar.
+type Options struct {
+	IDs IDs
+	// Skip names files (absolute paths in the sandbox) that berth itself
+	// wrote into the layer: each is left out while its content ends with
+	// the given bytes (an empty value: whatever it holds).
+	Skip map[string][]byte
+}
+
+// Stats is what a tar holds.
+type Stats struct {
+	Entries int   // entries written, whiteouts included
+	Bytes   int64 // bytes of file content
+}
+
+// Write writes the layer in directory upper as a tar to w. Directories
+// that hold nothing but skipped files are left out, so a sandbox that
+// changed nothing gives an empty tar (Stats.Entries 0).
+func Write(w io.Writer, upper string, o Options) (Stats, error) {
+	root, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Stats{}, fmt.Errorf("open the writable layer: %w", err)
+	}
+	defer unix.Close(root)
+	wr := &writer{tw: tar.NewWriter(w), o: o, links: map[[2]uint64]string{}, buf: make([]byte, 1<<20)}
+	if err := wr.dir(root, ""); err != nil {
+		return wr.stats, err
+	}
+	return wr.stats, wr.tw.Close()
+}
+
+type writer struct {
+	tw      *tar.Writer
+	o       Options
+	stats   Stats
+	links   map[[2]uint64]string // device and inode -> first name, for hard links
+	pending []*tar.Header        // directories not written yet, outermost first
+	buf     []byte
+}
+
+// dir writes directory dirfd's entries (rel is its name in the tar, ""
+// for the root).
+func (w *writer) dir(dirfd int, rel string) error {
+	names, err := readNames(dirfd)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", show(rel), err)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := w.entry(dirfd, rel, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *writer) entry(dirfd int, parent, name string) error {
+	rel := name
+	if parent != "" {
+		rel = parent + "/" + name
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("stat %s: %w", show(rel), err)
+	}
+	hdr := &tar.Header{Name: rel, Mode: int64(st.Mode & 0o7777), Uid: w.id(st.Uid), Gid: w.id(st.Gid),
+		ModTime: time.Unix(st.Mtim.Unix()).UTC(), Format: tar.FormatPAX}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return w.directory(dirfd, name, hdr)
+	case unix.S_IFREG:
+		return w.file(dirfd, name, hdr, &st)
+	case unix.S_IFLNK:
+		target, err := readlinkat(dirfd, name)
+		if err != nil {
+			return fmt.Errorf("read link %s: %w", show(rel), err)
+		}
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+		return w.write(hdr, nil)
+	case unix.S_IFCHR:
+		if st.Rdev != 0 {
+			return nil // a device: no sandbox can make one, and no layer may carry one
+		}
+		return w.write(&tar.Header{Name: joinName(parent, whiteoutPrefix+name), Typeflag: tar.TypeReg,
+			ModTime: hdr.ModTime, Format: tar.FormatPAX}, nil)
+	case unix.S_IFIFO:
+		hdr.Typeflag = tar.TypeFifo
+		return w.write(hdr, nil)
+	}
+	return nil // sockets, block devices: nothing a layer carries
+}
+
+func (w *writer) directory(dirfd int, name string, hdr *tar.Header) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", show(hdr.Name), err)
+	}
+	defer unix.Close(fd)
+	hdr.Typeflag, hdr.Name = tar.TypeDir, hdr.Name+"/"
+	opaque := false
+	if err := w.xattrs(fd, hdr, &opaque); err != nil {
+		return err
+	}
+	w.pending = append(w.pending, hdr)
+	depth := len(w.pending)
+	empty, err := isEmpty(fd)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", show(hdr.Name), err)
+	}
+	// A directory is written when it is new and empty, opaque, or holds
+	// something written; one that holds only skipped files is not a change.
+	if empty || opaque {
+		if err := w.flush(); err != nil {
+			return err
+		}
+	}
+	if opaque {
+		if err := w.write(&tar.Header{Name: hdr.Name + opaqueMarker, Typeflag: tar.TypeReg, ModTime: hdr.ModTime, Format: tar.FormatPAX}, nil); err != nil {
+			return err
+		}
+	}
+	if err := w.dir(fd, strings.TrimSuffix(hdr.Name, "/")); err != nil {
+		return err
+	}
+	w.pending = w.pending[:depth-1] // written or, holding nothing written, left out
+	return nil
+}
+
+func (w *writer) file(dirfd int, name string, hdr *tar.Header, st *unix.Stat_t) error {
+	abs := "/" + hdr.Name
+	if st.Nlink > 1 {
+		key := [2]uint64{st.Dev, st.Ino}
+		if first, ok := w.links[key]; ok {
+			hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
+			return w.write(hdr, nil)
+		}
+		defer func() { w.links[key] = hdr.Name }()
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", show(hdr.Name), err)
+	}
+	f := os.NewFile(uintptr(fd), hdr.Name)
+	defer f.Close()
+	var fst unix.Stat_t
+	if err := unix.Fstat(fd, &fst); err != nil || fst.Mode&unix.S_IFMT != unix.S_IFREG || fst.Ino != st.Ino {
+		return fmt.Errorf("%s changed while it was read (is the sandbox stopped?)", show(hdr.Name))
+	}
+	if tail, ok := w.o.Skip[abs]; ok {
+		if len(tail) == 0 {
+			return nil
+		}
+		if fst.Size >= int64(len(tail)) && fst.Size <= 64<<20 {
+			got := make([]byte, len(tail))
+			if _, err := f.ReadAt(got, fst.Size-int64(len(tail))); err == nil && bytes.Equal(got, tail) {
+				return nil
+			}
+		}
+	}
+	hdr.Typeflag, hdr.Size = tar.TypeReg, fst.Size
+	if err := w.xattrs(fd, hdr, nil); err != nil {
+		return err
+	}
+	return w.write(hdr, f)
+}
+
+// write writes hdr (and, for a regular file, its content from r), the
+// directories above it first.
+func (w *writer) write(hdr *tar.Header, r io.Reader) error {
+	if err := w.flush(); err != nil {
+		return err
+	}
+	if err := w.tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("write %s: %w", show(hdr.Name), err)
+	}
+	w.stats.Entries++
+	if r == nil || hdr.Size == 0 {
+		return nil
+	}
+	n, err := io.CopyBuffer(w.tw, io.LimitReader(r, hdr.Size), w.buf)
+	w.stats.Bytes += n
+	if err != nil {
+		return fmt.Errorf("write %s: %w", show(hdr.Name), err)
+	}
+	if n != hdr.Size {
+		return fmt.Errorf("%s shrank while it was read (is the sandbox stopped?)", show(hdr.Name))
+	}
+	return nil
+}
+
+// flush writes the pending directories.
+func (w *writer) flush() error {
+	for i, d := range w.pending {
+		if d == nil {
+			continue
+		}
+		if err := w.tw.WriteHeader(d); err != nil {
+			return fmt.Errorf("write %s: %w", show(d.Name), err)
+		}
+		w.stats.Entries++
+		w.pending[i] = nil
+	}
+	return nil
+}
+
+// xattrs copies fd's user.* extended attributes into hdr (overlay's own
+// excepted) and reports the opaque mark.
+func (w *writer) xattrs(fd int, hdr *tar.Header, opaque *bool) error {
+	names, err := listXattrs(fd)
+	if err != nil {
+		return fmt.Errorf("attributes of %s: %w", show(hdr.Name), err)
+	}
+	for _, n := range names {
+		if !strings.HasPrefix(n, "user.") {
+			continue
+		}
+		v, err := getXattr(fd, n)
+		if err != nil {
+			return fmt.Errorf("attribute %s of %s: %w", n, show(hdr.Name), err)
+		}
+		if strings.HasPrefix(n, overlayXattr) {
+			if n == opaqueXattr && opaque != nil && string(v) == "y" {
+				*opaque = true
+			}
+			continue
+		}
+		if hdr.PAXRecords == nil {
+			hdr.PAXRecords = map[string]string{}
+		}
+		hdr.PAXRecords["SCHILY.xattr."+n] = string(v)
+	}
+	return nil
+}
+
+// id maps a host id to the id the sandbox sees.
+func (w *writer) id(host uint32) int {
+	if host < w.o.IDs.Base || host-w.o.IDs.Base >= w.o.IDs.Size {
+		return overflowID
+	}
+	return int(host - w.o.IDs.Base)
+}
+
+func joinName(parent, name string) string {
+	if parent == "" {
+		return name
+	}
+	return parent + "/" + name
+}
+
+func show(rel string) string { return "/" + strings.TrimSuffix(rel, "/") }
+
+func readNames(dirfd int) ([]string, error) {
+	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	d := os.NewFile(uintptr(fd), "dir")
+	defer d.Close()
+	return d.Readdirnames(-1)
+}
+
+func isEmpty(dirfd int) (bool, error) {
+	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	d := os.NewFile(uintptr(fd), "dir")
+	defer d.Close()
+	names, err := d.Readdirnames(1)
+	if err == io.EOF {
+		return true, nil
+	}
+	return len(names) == 0, err
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Readlinkat(dirfd, name, buf)
+	if err != nil {
+		return "", err
+	}
+	if n == len(buf) {
+		return "", errors.New("link target too long")
+	}
+	return string(buf[:n]), nil
+}
+
+func listXattrs(fd int) ([]string, error) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Flistxattr(fd, buf)
+		if errors.Is(err, unix.ERANGE) && len(buf) < 1<<16 {
+			buf = make([]byte, len(buf)*4)
+			continue
+		}
+		if errors.Is(err, unix.ENOTSUP) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, s := range strings.Split(string(buf[:n]), "\x00") {
+			if s != "" {
+				out = append(out, s)
+			}
+		}
+		return out, nil
+	}
+}
+
+func getXattr(fd int, name string) ([]byte, error) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Fgetxattr(fd, name, buf)
+		if errors.Is(err, unix.ERANGE) && len(buf) < 1<<16 {
+			buf = make([]byte, len(buf)*4)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return buf[:n], nil
+	}
+}
