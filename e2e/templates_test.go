@@ -28,7 +28,7 @@ WORKDIR $APP_HOME
 COPY app/ ./
 COPY --chown=nobody:nogroup data.txt /srv/data/
 ADD bundle.tar.gz /opt/bundle/
-RUN ["/bin/sh", "-c", "echo exec-form > /srv/exec.txt"]
+RUN ["/bin/sh", "-c", "echo exec-form > /srv/exec.txt && ln -s /etc/shadow /srv/leak && mkfifo /srv/fifo"]
 RUN echo "$GREETING from $MODE" > greeting.txt && rm /etc/debian_version && useradd -m -u 1001 builder
 USER builder
 RUN whoami > /home/builder/me.txt
@@ -130,17 +130,37 @@ stat -c '%U:%G %n' /srv/data/data.txt /srv/data /srv/app/main.py
 test ! -e /etc/debian_version && echo whited-out
 test ! -e secret.env && test ! -e __pycache__ && echo ignored
 echo "$MODE $APP_HOME"
-test "$(cat /etc/hostname)" = "$(hostname)" && echo own-hostname`})
+test "$(cat /etc/hostname)" = "$(hostname)" && echo own-hostname
+readlink /srv/leak
+test -p /srv/fifo && echo fifo`})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := "hi from test\nprint('hi')\nX = 1\nexec-form\nfrom the archive\nbuilder\n" +
 		"nobody:nogroup /srv/data/data.txt\nnobody:nogroup /srv/data\nroot:root /srv/app/main.py\n" +
-		"whited-out\nignored\ntest /srv/app\nown-hostname\n"
+		"whited-out\nignored\ntest /srv/app\nown-hostname\n/etc/shadow\nfifo\n"
 	if r.ExitCode != 0 || string(r.Stdout) != want {
 		t.Fatalf("the template's files: %d\n%s\n%s", r.ExitCode, r.Stdout, r.Stderr)
 	}
 	if err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A warm pool of the template: a create is a hand-over.
+	if _, err := d.client.SetPool(ctx, "agent-env", 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		p, err := d.client.Pools(ctx)
+		return err == nil && len(p) == 1 && p[0].Ready == 1
+	})
+	pooled, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "agent-env"})
+	if err != nil || pooled.ImageID != res.Image.ID || pooled.User != "builder" {
+		t.Fatalf("a create from the template's pool: %+v %v", pooled, err)
+	}
+	if _, err := d.client.SetPool(ctx, "agent-env", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.client.DeleteSandbox(ctx, pooled.ID); err != nil {
 		t.Fatal(err)
 	}
 

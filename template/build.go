@@ -318,7 +318,7 @@ func (r *run) layerStep(in instruction, announce func(bool) error) error {
 	switch in.cmd {
 	case "run":
 		argv := r.commandOf(in)
-		env := r.runEnv()
+		env := r.execEnv()
 		user, workdir := r.user(), r.workdir()
 		payload = append([]string{"user=" + user, "workdir=" + workdir}, argv...)
 		payload = append(payload, sortedPairs(env)...)
@@ -334,7 +334,7 @@ func (r *run) layerStep(in instruction, announce func(bool) error) error {
 		r.cf.Config.WorkingDir = path.Clean(dir)
 		payload = []string{r.cf.Config.WorkingDir}
 		do = func(id string) error {
-			_, err := r.b.sandboxes.FS(r.ctx, r.tenant, id, api.OpMkdir, api.MkdirRequest{Where: api.Where{User: "root", Cwd: "/"}, Path: r.cf.Config.WorkingDir, Parents: true})
+			_, err := r.b.sandboxes.FS(r.ctx, r.tenant, id, api.OpMkdir, api.MkdirRequest{Where: asRoot, Path: r.cf.Config.WorkingDir, Parents: true})
 			return err
 		}
 	default: // copy, add
@@ -387,7 +387,7 @@ func (r *run) inSandbox(do func(id string) error) (string, error) {
 		return "", err
 	}
 	defer r.b.images.Forget(context.WithoutCancel(r.ctx), img.ID)
-	sb, err := r.b.sandboxes.Create(r.ctx, r.tenant, api.CreateSandboxRequest{Image: img.ID, User: "root", Workdir: "/",
+	sb, err := r.b.sandboxes.Create(r.ctx, r.tenant, api.CreateSandboxRequest{Image: img.ID, User: rootID, Workdir: "/",
 		Network: r.req.Network, Labels: map[string]string{LabelBuild: labelValue(r.req.Name)}})
 	if err != nil {
 		return "", err
@@ -538,7 +538,7 @@ func (r *run) copyPlan(in instruction) (*copyPlan, error) {
 // copyInto copies a plan's files into sandbox id, as root, then gives
 // them their owner.
 func (r *run) copyInto(id string, c *copyPlan) error {
-	root := api.Where{User: "root", Cwd: "/"}
+	root := asRoot
 	destDir := c.destDir
 	st, err := r.b.sandboxes.FS(r.ctx, r.tenant, id, api.OpStat, api.StatRequest{Where: root, Path: c.dest})
 	existed := err == nil
@@ -683,9 +683,14 @@ func (r *run) commandOf(in instruction) []string {
 	return append(slices.Clone(r.shell), strings.Join(in.args, " "))
 }
 
+// rootID is root by number: an image need not have an /etc/passwd.
+const rootID = "0:0"
+
+var asRoot = api.Where{User: rootID, Cwd: "/"}
+
 func (r *run) user() string {
 	if r.cf.Config.User == "" {
-		return "root"
+		return rootID
 	}
 	return r.cf.Config.User
 }
@@ -704,6 +709,16 @@ func (r *run) runEnv() map[string]string {
 	for _, kv := range r.cf.Config.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
+	}
+	return env
+}
+
+// execEnv is a RUN's environment as it runs: root's HOME, as Docker
+// gives it, when the image names no user and no HOME.
+func (r *run) execEnv() map[string]string {
+	env := r.runEnv()
+	if _, ok := env["HOME"]; !ok && r.cf.Config.User == "" {
+		env["HOME"] = "/root"
 	}
 	return env
 }

@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from berth import Berth, Conflict, NotFound
+from berth import Berth, Conflict, InvalidArgument, NotFound
 
 
 def _tar(members: dict[str, bytes]) -> bytes:
@@ -54,3 +54,36 @@ def test_import_an_image_and_make_a_sandbox_of_it(client: Berth) -> None:
     client.remove_image(image_id)
     with pytest.raises(NotFound):
         client.inspect_image(tag)
+
+
+def test_build_a_template_from_a_dockerfile(client: Berth, tmp_path) -> None:
+    """A template built from a directory with a Dockerfile, on an imported
+    image: its files and config reach the sandboxes made of it, and the same
+    build again takes every step from the cache."""
+    base = "sdk.test/template-base:1"
+    client.import_image(_docker_save(base, {"srv/hello.txt": b"hello from an image\n"}))
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base}\nENV STAGE=built\nWORKDIR /srv/app\nCOPY app/ ./\nCOPY notes.txt /srv/notes/\n")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "main.py").write_text("print('hi')\n")
+    (tmp_path / "notes.txt").write_text("notes\n")
+    (tmp_path / "secret.txt").write_text("never sent\n")
+    (tmp_path / ".dockerignore").write_text("secret.txt\n")
+    res = client.build_template("sdk.test/agent-env:1", tmp_path)
+    assert res["executed"] == 3 and res["cached_steps"] == 0, res
+    assert res["image"]["template"] and res["image"]["config"]["working_dir"] == "/srv/app"
+    assert any(t["id"] == res["image"]["id"] for t in client.list_templates())
+    with client.create(image="sdk.test/agent-env:1") as sb:
+        assert sb.info.raw["env"]["STAGE"] == "built" and sb.info.raw["workdir"] == "/srv/app"
+        assert sb.download("main.py") == b"print('hi')\n"
+        assert sb.download("/srv/notes/notes.txt") == b"notes\n"
+        assert sb.download("/srv/hello.txt") == b"hello from an image\n"
+    again = client.build_template("sdk.test/agent-env:1", tmp_path)
+    assert again["executed"] == 0 and again["cached_steps"] == 3 and again["image"]["id"] == res["image"]["id"]
+    with pytest.raises(InvalidArgument) as exc:
+        client.build_template("sdk.test/broken:1", _tar({"Dockerfile": f"FROM {base}\nVOLUME /data\n".encode()}))
+    assert "line 2" in exc.value.message and "VOLUME" in exc.value.message
+    (tmp_path / "Dockerfile.secret").write_text(f"FROM {base}\nCOPY secret.txt /x\n")
+    with pytest.raises(NotFound) as exc:  # .dockerignore kept secret.txt out of the context
+        client.build_template("sdk.test/broken:1", tmp_path, dockerfile="Dockerfile.secret")
+    assert "secret.txt" in exc.value.message

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import fnmatch
+import io
 import json
 import os
+import tarfile
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -393,12 +396,75 @@ class _Ops:
         return _Call("DELETE", "/v1/images/" + quote(ref, safe="/:@"))
 
     @staticmethod
+    def build_template(name: str, context: bytes, dockerfile: str, args: Mapping[str, str] | None, no_cache: bool,
+                       network: str | None) -> _Call:
+        params: list[tuple[str, str]] = [("name", name), ("dockerfile", dockerfile)]
+        params += [("arg", f"{k}={v}") for k, v in (args or {}).items()]
+        if no_cache:
+            params.append(("no_cache", "true"))
+        if network:
+            params.append(("network", network))
+        return _Call("POST", "/v1/templates/build", params=params, content=context,
+                     headers={"Content-Type": "application/x-tar"}, timeout=None)
+
+    @staticmethod
+    def list_templates() -> _Call:
+        return _Call("GET", "/v1/templates", parse=lambda r: r.json()["images"])
+
+    @staticmethod
     def set_pool(image: str, size: int) -> _Call:
         return _Call("PUT", "/v1/pools", json={"image": image, "size": size})
 
     @staticmethod
     def pools() -> _Call:
         return _Call("GET", "/v1/pools", parse=lambda r: r.json()["pools"])
+
+
+def _context_tar(context: str | os.PathLike[str] | bytes, dockerfile: str) -> bytes:
+    """A build context as a tar: bytes as given; a directory's files,
+    directories and symlinks (never followed), less what its .dockerignore
+    leaves out (fnmatch patterns, "!" exceptions; the Dockerfile always goes)."""
+    if isinstance(context, (bytes, bytearray)):
+        return bytes(context)
+    root = os.fspath(context)
+    patterns: list[tuple[bool, str]] = []
+    ignore = os.path.join(root, ".dockerignore")
+    if os.path.exists(ignore):
+        with open(ignore, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    keep = line.startswith("!")
+                    patterns.append((keep, os.path.normpath(line.lstrip("!").lstrip("/"))))
+
+    def ignored(rel: str) -> bool:
+        if rel == dockerfile:
+            return False
+        out = False
+        parts = rel.split("/")
+        for keep, pat in patterns:
+            if any(fnmatch.fnmatchcase("/".join(parts[: i + 1]), pat) for i in range(len(parts))):
+                out = not keep
+        return out
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in dirnames + sorted(filenames):
+                full = os.path.join(dirpath, name)
+                rel = os.path.relpath(full, root).replace(os.sep, "/")
+                if ignored(rel):
+                    continue
+                info = tf.gettarinfo(full, arcname=rel)
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                if info.isreg():
+                    with open(full, "rb") as f:
+                        tf.addfile(info, f)
+                elif info.isdir() or info.issym():
+                    tf.addfile(info)
+    return buf.getvalue()
 
 
 def _base_url(url: str | None) -> tuple[str, httpx.BaseTransport | None, httpx.AsyncBaseTransport | None]:
@@ -879,6 +945,18 @@ class Berth:
     def remove_image(self, ref: str) -> dict[str, Any]:
         return self._send(_Ops.remove_image(ref))
 
+    def build_template(self, name: str, context: str | os.PathLike[str] | bytes, dockerfile: str = "Dockerfile",
+                       args: Mapping[str, str] | None = None, no_cache: bool = False,
+                       network: str | None = None) -> dict[str, Any]:
+        """Builds template ``name`` from a Dockerfile: ``context`` is a directory
+        (sent as a tar, less what its .dockerignore leaves out) or a tar's bytes.
+        Returns ``{"image", "executed", "cached_steps", "log"}``; sandboxes are then
+        created with ``image=name``."""
+        return self._send(_Ops.build_template(name, _context_tar(context, dockerfile), dockerfile, args, no_cache, network))
+
+    def list_templates(self) -> list[dict[str, Any]]:
+        return self._send(_Ops.list_templates())
+
     def set_pool(self, image: str, size: int) -> dict[str, Any]:
         return self._send(_Ops.set_pool(image, size))
 
@@ -1140,6 +1218,14 @@ class AsyncBerth:
 
     async def remove_image(self, ref: str) -> dict[str, Any]:
         return await self._send(_Ops.remove_image(ref))
+
+    async def build_template(self, name: str, context: str | os.PathLike[str] | bytes, dockerfile: str = "Dockerfile",
+                             args: Mapping[str, str] | None = None, no_cache: bool = False,
+                             network: str | None = None) -> dict[str, Any]:
+        return await self._send(_Ops.build_template(name, _context_tar(context, dockerfile), dockerfile, args, no_cache, network))
+
+    async def list_templates(self) -> list[dict[str, Any]]:
+        return await self._send(_Ops.list_templates())
 
     async def set_pool(self, image: str, size: int) -> dict[str, Any]:
         return await self._send(_Ops.set_pool(image, size))
