@@ -33,9 +33,9 @@ import (
 	"github.com/berthsh/berth/capability"
 	"github.com/berthsh/berth/cgroup"
 	"github.com/berthsh/berth/errdefs"
-	"github.com/berthsh/berth/layerdiff"
 	"github.com/berthsh/berth/internal/hostpath"
 	"github.com/berthsh/berth/internal/osthread"
+	"github.com/berthsh/berth/layerdiff"
 	"github.com/berthsh/berth/runtime"
 )
 
