@@ -22,7 +22,8 @@ type flight struct {
 }
 
 // do runs fn for key, or waits for the run in progress. It returns fn's
-// error, or ctx's when ctx ends first.
+// error, or ctx's when ctx ends first (the last waiter to go returns once
+// fn has returned).
 func (f *flights) do(ctx context.Context, key string, fn func(context.Context) error) error {
 	f.mu.Lock()
 	if f.calls == nil {
@@ -50,10 +51,16 @@ func (f *flights) do(ctx context.Context, key string, fn func(context.Context) e
 	case <-ctx.Done():
 		f.mu.Lock()
 		c.waiters--
-		if c.waiters == 0 {
+		last := c.waiters == 0
+		if last {
 			c.cancel()
 		}
 		f.mu.Unlock()
+		if last {
+			// The call ends with its last waiter: wait for it to clean up,
+			// so that what returns leaves nothing half-made behind.
+			<-c.done
+		}
 		return ctx.Err()
 	}
 }

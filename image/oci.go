@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
@@ -339,39 +341,62 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, names []string, so
 	send(progress, api.PullEvent{Status: api.PullResolved, Total: total})
 	b := &budget{lim: s.limits.withDefaults(), dir: s.layersDir()}
 	rec := store.Image{ID: id, Config: rawConfig, Source: source, CreatedAt: time.Now().UTC()}
-	var notes []string
-	for i, l := range layers {
-		diff := cf.RootFS.DiffIDs[i].String()
-		if diff == "" || cf.RootFS.DiffIDs[i].Algorithm != "sha256" {
+	for i := range layers {
+		if d := cf.RootFS.DiffIDs[i]; d.Hex == "" || d.Algorithm != "sha256" {
 			return api.Image{}, errdefs.New(errdefs.InvalidArgument, "image %s: layer %d has no sha256 diff id", source, i)
 		}
-		size, ok := known[diff]
-		if ok {
+	}
+	// The missing layers download and unpack side by side (each into its
+	// own directory): one layer's download waits on the network while
+	// another's unpacking takes a core.
+	sizes := make([]int64, len(layers))
+	notes := make([][]string, len(layers))
+	progress = serialized(progress)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallelLayers)
+	for i, l := range layers {
+		diff := cf.RootFS.DiffIDs[i].String()
+		if size, ok := known[diff]; ok {
 			send(progress, api.PullEvent{Status: api.PullLayerExists, Layer: diff})
-			b.bytes += size
-		} else {
+			b.add(size)
+			sizes[i] = size
+			continue
+		}
+		g.Go(func() error {
 			var u unpacked
-			err := s.pulls.do(ctx, "layer "+diff, func(ctx context.Context) error {
+			err := s.pulls.do(gctx, "layer "+diff, func(ctx context.Context) error {
 				var err error
 				u, err = s.fetchLayer(ctx, l, diff, b, progress)
 				return err
 			})
 			if err != nil {
-				return api.Image{}, fmt.Errorf("image %s: layer %d (%s): %w", source, i, diff, err)
+				return fmt.Errorf("image %s: layer %d (%s): %w", source, i, diff, err)
 			}
-			if size, err = s.db.LayerSize(ctx, diff); err != nil {
-				return api.Image{}, err
+			size, err := s.db.LayerSize(gctx, diff)
+			if err != nil {
+				return err
 			}
-			notes = append(notes, u.notes...)
+			sizes[i], notes[i] = size, u.notes
 			send(progress, api.PullEvent{Status: api.PullUnpacked, Layer: diff, Total: size})
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		if ctx.Err() != nil {
+			return api.Image{}, ctx.Err()
 		}
-		rec.Layers = append(rec.Layers, diff)
-		rec.Size += size
+		return api.Image{}, err
+	}
+	var allNotes []string
+	for i := range layers {
+		rec.Layers = append(rec.Layers, cf.RootFS.DiffIDs[i].String())
+		rec.Size += sizes[i]
+		allNotes = append(allNotes, notes[i]...)
 	}
 	if err := s.db.PutImage(ctx, rec, names); err != nil {
 		return api.Image{}, err
 	}
-	for _, n := range notes {
+	for _, n := range allNotes {
 		s.log.Info("image unpacked with a note", "image", id, "note", n)
 	}
 	out, err := s.db.GetImage(ctx, id)
@@ -379,9 +404,26 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, names []string, so
 		return api.Image{}, err
 	}
 	a, err := toAPI(out)
-	a.Notes = notes
+	a.Notes = allNotes
 	return a, err
 }
+
+// serialized returns p called by one goroutine at a time.
+func serialized(p Progress) Progress {
+	if p == nil {
+		return nil
+	}
+	var mu sync.Mutex
+	return func(ev api.PullEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		p(ev)
+	}
+}
+
+// parallelLayers is how many of a pull's layers download and unpack at
+// once.
+const parallelLayers = 3
 
 // maxLayers is the most layers an image may have: the overlay of a
 // sandbox's root takes a bounded list of lower layers.
@@ -390,7 +432,7 @@ const maxLayers = 120
 // fetchLayer downloads, verifies and unpacks one layer into the store.
 func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, diff string, b *budget, progress Progress) (unpacked, error) {
 	if size, err := s.db.LayerSize(ctx, diff); err == nil { // another pull stored it meanwhile
-		b.bytes += size
+		b.add(size)
 		return unpacked{}, nil
 	}
 	want, err := l.Digest()
@@ -417,14 +459,13 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, diff string, b *budg
 		return unpacked{}, err
 	}
 	compressed := sha256.New()
-	counter := &progressReader{r: io.TeeReader(rc, compressed), layer: diff, total: total, progress: progress}
+	counter := &progressReader{ctx: ctx, r: io.TeeReader(rc, compressed), layer: diff, total: total, progress: progress}
 	uncompressed := sha256.New()
 	dec, err := decompress(bufferedReader(counter))
 	if err != nil {
 		return unpacked{}, err
 	}
 	defer dec.Close()
-	before := b.bytes
 	u, err := unpackLayer(tmp, io.TeeReader(dec, uncompressed), b)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -459,7 +500,7 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, diff string, b *budg
 		return unpacked{}, fmt.Errorf("image store: commit layer: %w", err)
 	}
 	keep = true
-	if err := s.db.PutLayer(ctx, diff, b.bytes-before); err != nil {
+	if err := s.db.PutLayer(ctx, diff, u.bytes); err != nil {
 		removeAll(s.layerDir(diff))
 		return unpacked{}, err
 	}
@@ -492,8 +533,9 @@ func decompress(r interface {
 }
 
 // progressReader reports a layer's download as it is read, at most every
-// 100 ms.
+// 100 ms, and ends it when the layer's context ends.
 type progressReader struct {
+	ctx      context.Context // the layer's: a download stops when it ends
 	r        io.Reader
 	layer    string
 	total, n int64
@@ -503,6 +545,12 @@ type progressReader struct {
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
+	if err := p.ctx.Err(); err != nil {
+		if p.err == nil {
+			p.err = err
+		}
+		return 0, err
+	}
 	n, err := p.r.Read(b)
 	p.n += int64(n)
 	if err != nil && p.err == nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -63,16 +64,20 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// budget counts what an image's layers unpacked against its limits.
+// budget counts what an image's layers unpacked against its limits; the
+// layers of one pull unpack at once, so it is safe for concurrent use.
 type budget struct {
 	lim        Limits
 	dir        string // on the file system that must keep MinFree
+	mu         sync.Mutex
 	bytes      int64
 	entries    int64
 	sinceCheck int64
 }
 
 func (b *budget) entry() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.entries++
 	if b.entries > b.lim.MaxEntries {
 		return errdefs.New(errdefs.ResourceExhausted, "the image has over %d entries (the daemon's limit)", b.lim.MaxEntries)
@@ -80,17 +85,30 @@ func (b *budget) entry() error {
 	return nil
 }
 
+// add counts n bytes of a layer already stored.
+func (b *budget) add(n int64) {
+	b.mu.Lock()
+	b.bytes += n
+	b.mu.Unlock()
+}
+
 // charge accounts n bytes about to be written.
 func (b *budget) charge(n int64) error {
+	b.mu.Lock()
 	b.bytes += n
-	if b.bytes > b.lim.MaxBytes {
+	over := b.bytes > b.lim.MaxBytes
+	b.sinceCheck += n
+	check := b.sinceCheck >= 64<<20
+	if check {
+		b.sinceCheck = 0
+	}
+	b.mu.Unlock()
+	if over {
 		return errdefs.New(errdefs.ResourceExhausted, "the image unpacks to over %d bytes (the daemon's limit)", b.lim.MaxBytes)
 	}
-	b.sinceCheck += n
-	if b.sinceCheck < 64<<20 {
+	if !check {
 		return nil
 	}
-	b.sinceCheck = 0
 	var st unix.Statfs_t
 	if err := unix.Statfs(b.dir, &st); err != nil {
 		return fmt.Errorf("statfs %s: %w", b.dir, err)
