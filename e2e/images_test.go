@@ -54,10 +54,27 @@ func tinyImage(t *testing.T) v1.Image {
 // through the writable layer, another user cannot, and the image cannot be
 // removed while a sandbox uses it. The sandbox stays pinned to its image
 // when the name moves, across a stop and start.
+//
+// It runs twice: with idmapped layers (this kernel's path) and with the
+// fallback for kernels without them, a shifted copy of each layer per
+// sandbox's id range (--no-idmapped-layers).
 func TestSandboxFromAnImage(t *testing.T) {
+	t.Run("idmapped", func(t *testing.T) { testSandboxFromAnImage(t, false) })
+	t.Run("shifted", func(t *testing.T) { testSandboxFromAnImage(t, true) })
+}
+
+func testSandboxFromAnImage(t *testing.T, shifted bool) {
 	reg := testregistry.Start(t)
 	id := reg.Push(t, "tiny:1", tinyImage(t))
-	d := startDaemon(t, "", "--insecure-registry", reg.Host)
+	flags := []string{"--insecure-registry", reg.Host}
+	if shifted {
+		flags = append(flags, "--no-idmapped-layers")
+	}
+	d := startDaemon(t, "", flags...)
+	copies := func() int {
+		m, _ := filepath.Glob(filepath.Join(d.state, "images", "oci", "shifted", "*", "*"))
+		return len(m)
+	}
 	ctx := t.Context()
 	ref := reg.Ref("tiny:1")
 
@@ -92,6 +109,10 @@ func TestSandboxFromAnImage(t *testing.T) {
 	}
 	if r := run(sb.ID, api.ExecRequest{Cmd: []string{"testtool", "cat", "/etc/motd"}}); string(r.Stdout) != "root was here" {
 		t.Fatalf("/etc/motd: %q", r.Stdout)
+	}
+	// Which path this host took: copies of the layer per id range, or none.
+	if n := copies(); (n > 0) != shifted {
+		t.Fatalf("%d shifted layer copies with shifted=%v", n, shifted)
 	}
 	// A second sandbox of the image sees the image, not the first one's change.
 	sb2, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Image: id, User: "root", Workdir: "/"})

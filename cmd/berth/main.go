@@ -122,6 +122,7 @@ func serveCommand() *cobra.Command {
 	f.StringArrayVar(&pools, "warm-pool", []string{"2"}, "N: sandboxes of the default image kept booted ahead of time, so a create is a hand-over (0: none); IMAGE=N: a pool of another image (repeatable)")
 	f.StringArrayVar(&cfg.InsecureRegistries, "insecure-registry", nil, "a registry (host[:port]) spoken to over plain HTTP (repeatable; loopback ones always are)")
 	f.BoolVar(&cfg.Native.NoSeccomp, "no-seccomp", false, "do not install the seccomp profile in sandboxes (debugging only)")
+	f.BoolVar(&cfg.Native.NoIDMappedLayers, "no-idmapped-layers", false, "give sandboxes shifted copies of image layers (one per id range) even where the kernel can idmap them")
 	f.StringVar(&outputBudget, "exec-output-budget", "512M", "output that plain (not streamed) execs may hold in the daemon together; past it they fail with resource_exhausted")
 	f.StringVar(&cfg.Network.Default, "default-network", "none", "network mode of sandboxes whose create names none: none, allowlist (reaches nothing until a policy allows it) or open")
 	f.StringVar(&cfg.Network.Netns, "egress-netns", "", "network namespace (a path such as /run/netns/NAME) that sandboxes' connections leave from (default: the daemon's own)")

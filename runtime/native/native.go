@@ -51,6 +51,9 @@ type Options struct {
 	NoSeccomp bool
 	// CgroupRoot names berth's group under each cgroup hierarchy.
 	CgroupRoot string
+	// NoIDMappedLayers makes sandboxes use shifted copies of image layers
+	// even where the kernel can idmap them.
+	NoIDMappedLayers bool
 }
 
 // Runtime is the native runtime.
@@ -150,7 +153,9 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	}
 	r := &Runtime{cfg: cfg, opts: opts, log: cfg.Log, cgroups: cg, closing: closing}
 	r.caps = capabilities(cfg.StateDir)
-	if why := probeIDMappedLayers(guestBin, filepath.Join(cfg.StateDir, "probe")); why != "" {
+	if opts.NoIDMappedLayers {
+		r.caps.Missing["idmapped_layers"] = "turned off (serve --no-idmapped-layers): image layers are copied once per sandbox's id range"
+	} else if why := probeIDMappedLayers(guestBin, filepath.Join(cfg.StateDir, "probe")); why != "" {
 		r.caps.Missing["idmapped_layers"] = why
 	} else {
 		r.caps.IDMappedLayers = true
