@@ -42,6 +42,7 @@ import (
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/image"
+	"github.com/berthsh/berth/labels"
 )
 
 // Images is what a build needs of the image store.
@@ -773,18 +774,10 @@ func sortedPairs(m map[string]string) []string {
 
 // labelValue fits a template name into a label value.
 func labelValue(s string) string {
-	var b strings.Builder
-	for _, c := range s {
-		if c == '/' || c == ':' || c == '@' {
-			c = '_'
-		}
-		b.WriteRune(c)
+	if r := []rune(s); len(r) > labels.MaxValueLen {
+		return string(r[:labels.MaxValueLen])
 	}
-	out := b.String()
-	if len(out) > 63 {
-		out = out[:63]
-	}
-	return out
+	return s
 }
 
 type envMap map[string]string
