@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -352,7 +353,10 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, names []string, so
 	sizes := make([]int64, len(layers))
 	notes := make([][]string, len(layers))
 	progress = serialized(progress)
-	g, gctx := errgroup.WithContext(ctx)
+	// A layer that fails lets the others in flight finish (they are kept,
+	// and the next pull skips them); layers not begun are not begun.
+	var g errgroup.Group
+	var failed atomic.Bool
 	g.SetLimit(parallelLayers)
 	for i, l := range layers {
 		diff := cf.RootFS.DiffIDs[i].String()
@@ -363,16 +367,20 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, names []string, so
 			continue
 		}
 		g.Go(func() error {
+			if failed.Load() {
+				return nil
+			}
 			var u unpacked
-			err := s.pulls.do(gctx, "layer "+diff, func(ctx context.Context) error {
+			err := s.pulls.do(ctx, "layer "+diff, func(ctx context.Context) error {
 				var err error
 				u, err = s.fetchLayer(ctx, l, diff, b, progress)
 				return err
 			})
 			if err != nil {
+				failed.Store(true)
 				return fmt.Errorf("image %s: layer %d (%s): %w", source, i, diff, err)
 			}
-			size, err := s.db.LayerSize(gctx, diff)
+			size, err := s.db.LayerSize(ctx, diff)
 			if err != nil {
 				return err
 			}
