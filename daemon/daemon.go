@@ -227,6 +227,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err != nil {
 		return nil, err
 	}
+	if err := builder.Sweep(ctx); err != nil {
+		log.Warn("template builds: the sandboxes of interrupted builds", "err", err)
+	}
 	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics, server.WithPortsDomain(cfg.Domain)),
 		server.ImagesAPI(images, m), server.TemplatesAPI(builder, images), proxy)
 	return d, nil

@@ -216,3 +216,42 @@ test -p /srv/fifo && echo fifo`})
 		}
 	}
 }
+
+// TestTemplateBuildSurvivesKill kills the daemon with SIGKILL while a
+// build's RUN step runs: the restarted daemon deletes the step's sandbox
+// and the build's context, stores no template, and builds again.
+func TestTemplateBuildSurvivesKill(t *testing.T) {
+	reg := testregistry.Start(t)
+	reg.Push(t, "debian:bookworm", debianImage(t))
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	dir := writeContext(t, "FROM "+reg.Ref("debian:bookworm")+"\nRUN sleep 600\n")
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.client.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "killed"}, contextTar(t, dir), nil)
+		done <- err
+	}()
+	waitFor(t, 60*time.Second, func() bool {
+		left, err := d.client.ListSandboxesSelector(ctx, template.LabelBuild)
+		return err == nil && len(left) == 1
+	})
+	d.kill9()
+	if err := <-done; err == nil {
+		t.Fatal("a build whose daemon was killed succeeded")
+	}
+	d.start()
+	if left, err := d.client.ListSandboxesSelector(ctx, template.LabelBuild); err != nil || len(left) != 0 {
+		t.Fatalf("after the restart, build sandboxes: %v %v", left, err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return d.sandboxDirs() == 0 })
+	if ents, _ := os.ReadDir(filepath.Join(d.state, "builds")); len(ents) != 0 {
+		t.Fatalf("a build context stayed: %v", ents)
+	}
+	if _, err := d.client.InspectImage(ctx, "killed"); !errdefs.IsNotFound(err) {
+		t.Fatalf("the killed build stored a template: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+reg.Ref("debian:bookworm")+"\nRUN echo ok > /ok\n"), 0o644)
+	if res, err := d.client.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "killed"}, contextTar(t, dir), nil); err != nil || res.Executed != 1 {
+		t.Fatalf("a build after the restart: %+v %v", res, err)
+	}
+}

@@ -69,6 +69,7 @@ type Sandboxes interface {
 	Stop(ctx context.Context, tenant, id string) (api.Sandbox, error)
 	Commit(ctx context.Context, tenant, id string, w io.Writer) (int, error)
 	Delete(ctx context.Context, tenant, id string) error
+	List(ctx context.Context, tenant string, sel labels.Selector) ([]api.Sandbox, error)
 }
 
 // Builder builds templates.
@@ -96,6 +97,27 @@ func New(images Images, cache Cache, sandboxes Sandboxes, dir string, log *slog.
 
 // LabelBuild marks the sandboxes a build runs its steps in.
 const LabelBuild = "berth.build"
+
+// Sweep deletes the step sandboxes of builds a daemon was running when it
+// died: call it at start, before any build. (The steps' unnamed images are
+// dangling images, which image prune removes; the contexts went in New.)
+func (b *Builder) Sweep(ctx context.Context) error {
+	sel, err := labels.ParseSelector(LabelBuild)
+	if err != nil {
+		return err
+	}
+	left, err := b.sandboxes.List(ctx, "", sel)
+	if err != nil {
+		return err
+	}
+	for _, sb := range left {
+		if err := b.sandboxes.Delete(ctx, "", sb.ID); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("delete the step sandbox %s of an interrupted build: %w", sb.ID, err)
+		}
+		b.log.Info("deleted the step sandbox of an interrupted build", "sandbox", sb.ID, "template", sb.Labels[LabelBuild])
+	}
+	return nil
+}
 
 // Build builds template req.Name from Dockerfile req.Dockerfile of the
 // build context (tar stream context), emitting the build's log. A build
