@@ -158,7 +158,8 @@ type ListSandboxesResponse struct {
 // (wait for the result, or stream with ?stream=true) and
 // POST /v1/sandboxes/{id}/processes (start in the background).
 type ExecRequest struct {
-	// Cmd is the argv; exactly one of Cmd and Shell is set.
+	// Cmd is the argv; at most one of Cmd and Shell is set. With neither,
+	// the sandbox's image's Entrypoint and Cmd run (as docker run does).
 	Cmd []string `json:"cmd,omitempty"`
 	// Shell is a command line run by /bin/sh -c.
 	Shell string            `json:"shell,omitempty"`

@@ -142,6 +142,10 @@ test -p /srv/fifo && echo fifo`})
 	if r.ExitCode != 0 || string(r.Stdout) != want {
 		t.Fatalf("the template's files: %d\n%s\n%s", r.ExitCode, r.Stdout, r.Stderr)
 	}
+	// An exec that names no command runs the image's ENTRYPOINT and CMD.
+	if r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{}); err != nil || r.ExitCode != 0 || string(r.Stdout) != "hi from test\n" {
+		t.Fatalf("exec of the image's default command: %+v %v", r, err)
+	}
 	if err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}

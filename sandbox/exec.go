@@ -107,6 +107,10 @@ func (m *Manager) ExecStream(ctx context.Context, tenant, id string, req api.Exe
 // execStream is ExecStream; batch lets the guest send the events in one go
 // at the end, for a caller that waits for the result anyway.
 func (m *Manager) execStream(ctx context.Context, tenant, id string, req api.ExecRequest, batch bool, emit func(api.ExecEvent) error) error {
+	req, err := m.imageCommand(ctx, tenant, id, req)
+	if err != nil {
+		return err
+	}
 	if err := m.validateExec(req); err != nil {
 		return err
 	}
@@ -195,8 +199,36 @@ func relay(id string, ev guestapi.Event, limit int64, sent *[2]int64) (api.ExecE
 	}
 }
 
+// imageCommand gives an exec that names no command its image's:
+// Entrypoint then Cmd, as docker run does. Otherwise req is as it came.
+func (m *Manager) imageCommand(ctx context.Context, tenant, id string, req api.ExecRequest) (api.ExecRequest, error) {
+	if len(req.Cmd) > 0 || req.Shell != "" {
+		return req, nil
+	}
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return req, err
+	}
+	if rec.ImageID == "" {
+		return req, errdefs.New(errdefs.InvalidArgument, "cmd, shell: give one of them (sandbox %s's image %s has no default command)", id, rec.Image)
+	}
+	img, err := m.images.Ensure(ctx, rec.ImageID)
+	if err != nil {
+		return req, err
+	}
+	req.Cmd = append(slices.Clone(img.Config.Entrypoint), img.Config.Cmd...)
+	if len(req.Cmd) == 0 {
+		return req, errdefs.New(errdefs.InvalidArgument, "cmd, shell: give one of them (image %s has no Entrypoint or Cmd)", rec.Image)
+	}
+	return req, nil
+}
+
 // StartProcess starts a background process.
 func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req api.ExecRequest) (api.Process, error) {
+	req, err := m.imageCommand(ctx, tenant, id, req)
+	if err != nil {
+		return api.Process{}, err
+	}
 	if err := m.validateExec(req); err != nil {
 		return api.Process{}, err
 	}
