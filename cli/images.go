@@ -16,6 +16,28 @@ import (
 	"github.com/berthsh/berth/api"
 )
 
+// printImages writes images as a table, a row per tag (names by digest
+// are not tags; an image without a tag is <none>).
+func printImages(w io.Writer, imgs []api.Image) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tID\tSIZE\tLAYERS\tCREATED")
+	for _, img := range imgs {
+		var tags []string
+		for _, n := range img.Names {
+			if !strings.Contains(n, "@") {
+				tags = append(tags, n)
+			}
+		}
+		if len(tags) == 0 {
+			tags = []string{"<none>"}
+		}
+		for _, n := range tags {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", n, shortID(img.ID), humanBytes(img.Size), len(img.Layers), img.CreatedAt.Local().Format(time.DateTime))
+		}
+	}
+	return tw.Flush()
+}
+
 func imageCommand(connect connector) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Pull, import, list, inspect and remove images"}
 	var quiet bool
@@ -86,24 +108,7 @@ func imageCommand(connect connector) *cobra.Command {
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), imgs)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tID\tSIZE\tLAYERS\tCREATED")
-			for _, img := range imgs {
-				names := img.Names
-				var tags []string
-				for _, n := range names {
-					if !strings.Contains(n, "@") {
-						tags = append(tags, n)
-					}
-				}
-				if len(tags) == 0 {
-					tags = []string{"<none>"}
-				}
-				for _, n := range tags {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", n, shortID(img.ID), humanBytes(img.Size), len(img.Layers), img.CreatedAt.Local().Format(time.DateTime))
-				}
-			}
-			return tw.Flush()
+			return printImages(cmd.OutOrStdout(), imgs)
 		},
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")

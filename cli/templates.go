@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -114,18 +112,7 @@ func templateCommand(connect connector) *cobra.Command {
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), imgs)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tID\tSIZE\tLAYERS\tCREATED")
-			for _, img := range imgs {
-				names := img.Names
-				if len(names) == 0 {
-					names = []string{"<none>"}
-				}
-				for _, n := range names {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", n, shortID(img.ID), humanBytes(img.Size), len(img.Layers), img.CreatedAt.Local().Format(time.DateTime))
-				}
-			}
-			return tw.Flush()
+			return printImages(cmd.OutOrStdout(), imgs)
 		},
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
