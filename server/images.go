@@ -91,7 +91,7 @@ func (p *pullStream) finish(img *api.Image, err error) error {
 	switch {
 	case err != nil && !p.nd.started:
 	case err != nil:
-		p.nd.write(api.PullEvent{Status: api.PullError, Error: &api.Error{Class: string(errdefs.ClassOf(err)), Message: errdefs.Message(err)}})
+		p.nd.write(api.PullEvent{Status: api.PullError, Error: apiError(err)})
 	default:
 		p.nd.write(api.PullEvent{Status: api.PullDone, Image: img})
 	}

@@ -113,7 +113,7 @@ func (g *templatesGroup) build(w http.ResponseWriter, r *http.Request) error {
 		if !nd.started {
 			return err
 		}
-		nd.write(api.BuildEvent{Type: api.BuildError, Error: &api.Error{Class: string(errdefs.ClassOf(err)), Message: errdefs.Message(err)}})
+		nd.write(api.BuildEvent{Type: api.BuildError, Error: apiError(err)})
 		return err
 	}
 	return nd.write(api.BuildEvent{Type: api.BuildDone, Image: &res.Image, Executed: res.Executed, CachedSteps: res.CachedSteps})
