@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -28,18 +27,15 @@ func (s *Store) StoreLayer(ctx context.Context, r io.Reader) (diff string, size 
 	}
 	s.gc.RLock()
 	defer s.gc.RUnlock()
-	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
+	tmp, err := s.newLayerDir()
 	if err != nil {
-		return "", 0, fmt.Errorf("image store: %w", err)
+		return "", 0, err
 	}
 	defer func() {
 		if tmp != "" {
 			removeAll(tmp)
 		}
 	}()
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", 0, err
-	}
 	h := sha256.New()
 	b := &budget{lim: s.limits.withDefaults(), dir: s.layersDir()}
 	if _, err := unpackLayer(tmp, io.TeeReader(r, h), b); err != nil {
@@ -55,15 +51,9 @@ func (s *Store) StoreLayer(ctx context.Context, r io.Reader) (diff string, size 
 	if size, err := s.db.LayerSize(ctx, diff); err == nil { // the same changes again
 		return diff, size, nil
 	}
-	if err := syncDir(tmp); err != nil {
-		return "", 0, err
-	}
-	if err := os.Rename(tmp, s.layerDir(diff)); err != nil {
-		return "", 0, fmt.Errorf("image store: commit layer: %w", err)
-	}
-	tmp = ""
-	if err := s.db.PutLayer(ctx, diff, b.bytes); err != nil {
-		removeAll(s.layerDir(diff))
+	err = s.placeLayer(ctx, tmp, diff, b.bytes)
+	tmp = "" // placed, or removed by placeLayer
+	if err != nil {
 		return "", 0, err
 	}
 	return diff, b.bytes, nil

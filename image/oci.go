@@ -453,19 +453,15 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, diff string, b *budg
 		return unpacked{}, registryError(diff, err)
 	}
 	defer rc.Close()
-	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
+	tmp, err := s.newLayerDir()
 	if err != nil {
-		return unpacked{}, fmt.Errorf("image store: %w", err)
+		return unpacked{}, err
 	}
-	keep := false
 	defer func() {
-		if !keep {
+		if tmp != "" {
 			removeAll(tmp)
 		}
 	}()
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return unpacked{}, err
-	}
 	compressed := sha256.New()
 	counter := &progressReader{ctx: ctx, r: io.TeeReader(rc, compressed), layer: diff, total: total, progress: progress}
 	uncompressed := sha256.New()
@@ -501,18 +497,45 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, diff string, b *budg
 	if got := digestOf(uncompressed); got != diff {
 		return unpacked{}, errdefs.New(errdefs.InvalidArgument, "layer %s: its tar's digest is %s (the image's config says otherwise: corrupt or tampered)", diff, got)
 	}
-	if err := syncDir(tmp); err != nil {
-		return unpacked{}, err
-	}
-	if err := os.Rename(tmp, s.layerDir(diff)); err != nil {
-		return unpacked{}, fmt.Errorf("image store: commit layer: %w", err)
-	}
-	keep = true
-	if err := s.db.PutLayer(ctx, diff, u.bytes); err != nil {
-		removeAll(s.layerDir(diff))
+	err = s.placeLayer(ctx, tmp, diff, u.bytes)
+	tmp = "" // placed, or removed by placeLayer
+	if err != nil {
 		return unpacked{}, err
 	}
 	return u, nil
+}
+
+// newLayerDir makes a directory for a layer to unpack into: ".tmp-*", which
+// a start removes should the daemon die before the layer is placed.
+func (s *Store) newLayerDir() (string, error) {
+	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
+	if err != nil {
+		return "", fmt.Errorf("image store: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		removeAll(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+// placeLayer makes layer diff, unpacked and verified in tmp, part of the
+// store: synced, renamed into place, then given its row. On error nothing
+// of it is left, tmp included.
+func (s *Store) placeLayer(ctx context.Context, tmp, diff string, size int64) error {
+	if err := syncDir(tmp); err != nil {
+		removeAll(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, s.layerDir(diff)); err != nil {
+		removeAll(tmp)
+		return fmt.Errorf("image store: commit layer: %w", err)
+	}
+	if err := s.db.PutLayer(ctx, diff, size); err != nil {
+		removeAll(s.layerDir(diff))
+		return err
+	}
+	return nil
 }
 
 func digestOf(h hash.Hash) string { return "sha256:" + hex.EncodeToString(h.Sum(nil)) }
