@@ -484,8 +484,11 @@ type copyPlan struct {
 	destDir  bool     // dest is a directory (ends with / or several sources)
 	chown    string
 	sum      string // the digest of every name, mode and content copied
-	archives []string
+	archives []archive
 }
+
+// archive is a context file ADD unpacks, and its kind (see archiveKind).
+type archive struct{ name, kind string }
 
 func (r *run) copyPlan(in instruction) (*copyPlan, error) {
 	env := r.envGetter()
@@ -536,7 +539,7 @@ func (r *run) copyPlan(in instruction) (*copyPlan, error) {
 				if kind, err := r.archiveKind(n); err != nil {
 					return nil, in.errorf("%s: %v", n, err)
 				} else if kind != "" {
-					c.archives = append(c.archives, n)
+					c.archives = append(c.archives, archive{n, kind})
 					continue
 				}
 			}
@@ -552,7 +555,7 @@ func (r *run) copyPlan(in instruction) (*copyPlan, error) {
 		return nil, err
 	}
 	for _, a := range c.archives {
-		fmt.Fprintf(sum, "archive %s %s\n", a, r.bc.entries[a].digest)
+		fmt.Fprintf(sum, "archive %s %s\n", a.name, r.bc.entries[a.name].digest)
 	}
 	c.sum = hex.EncodeToString(sum.Sum(nil))
 	return c, nil
@@ -669,15 +672,15 @@ func (r *run) archiveKind(n string) (string, error) {
 	return "", nil
 }
 
-func (r *run) unpackArchive(id string, root api.Where, n, dest string) error {
+func (r *run) unpackArchive(id string, root api.Where, a archive, dest string) error {
+	n := a.name
 	f, err := os.Open(r.bc.entries[n].blob)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	var in io.Reader = bufio.NewReader(f)
-	kind, _ := r.archiveKind(n)
-	switch kind {
+	switch a.kind {
 	case "gzip":
 		z, err := gzip.NewReader(in)
 		if err != nil {
