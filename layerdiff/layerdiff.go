@@ -65,7 +65,11 @@ func Write(w io.Writer, upper string, o Options) (Stats, error) {
 	}
 	defer unix.Close(root)
 	wr := &writer{tw: tar.NewWriter(w), o: o, links: map[[2]uint64]string{}, buf: make([]byte, 1<<20)}
-	if err := wr.dir(root, ""); err != nil {
+	names, err := readNames(root)
+	if err != nil {
+		return Stats{}, fmt.Errorf("read the writable layer: %w", err)
+	}
+	if err := wr.dir(root, "", names); err != nil {
 		return wr.stats, err
 	}
 	return wr.stats, wr.tw.Close()
@@ -80,13 +84,9 @@ type writer struct {
 	buf     []byte
 }
 
-// dir writes directory dirfd's entries (rel is its name in the tar, ""
-// for the root).
-func (w *writer) dir(dirfd int, rel string) error {
-	names, err := readNames(dirfd)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", show(rel), err)
-	}
+// dir writes the entries names of directory dirfd (rel is its name in
+// the tar, "" for the root).
+func (w *writer) dir(dirfd int, rel string, names []string) error {
 	slices.Sort(names)
 	for _, name := range names {
 		if err := w.entry(dirfd, rel, name); err != nil {
@@ -148,13 +148,13 @@ func (w *writer) directory(dirfd int, name string, hdr *tar.Header) error {
 	}
 	w.pending = append(w.pending, hdr)
 	depth := len(w.pending)
-	empty, err := isEmpty(fd)
+	names, err := readNames(fd)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", show(hdr.Name), err)
 	}
 	// A directory is written when it is new and empty, opaque, or holds
 	// something written; one that holds only skipped files is not a change.
-	if empty || opaque {
+	if len(names) == 0 || opaque {
 		if err := w.flush(); err != nil {
 			return err
 		}
@@ -164,7 +164,7 @@ func (w *writer) directory(dirfd int, name string, hdr *tar.Header) error {
 			return err
 		}
 	}
-	if err := w.dir(fd, strings.TrimSuffix(hdr.Name, "/")); err != nil {
+	if err := w.dir(fd, strings.TrimSuffix(hdr.Name, "/"), names); err != nil {
 		return err
 	}
 	w.pending = w.pending[:depth-1] // written or, holding nothing written, left out
@@ -302,20 +302,6 @@ func readNames(dirfd int) ([]string, error) {
 	d := os.NewFile(uintptr(fd), "dir")
 	defer d.Close()
 	return d.Readdirnames(-1)
-}
-
-func isEmpty(dirfd int) (bool, error) {
-	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false, err
-	}
-	d := os.NewFile(uintptr(fd), "dir")
-	defer d.Close()
-	names, err := d.Readdirnames(1)
-	if err == io.EOF {
-		return true, nil
-	}
-	return len(names) == 0, err
 }
 
 func readlinkat(dirfd int, name string) (string, error) {
