@@ -6,7 +6,6 @@ import (
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
-	"github.com/berthsh/berth/network"
 	"github.com/berthsh/berth/runtime"
 )
 
@@ -33,10 +32,8 @@ func (m *Manager) Commit(ctx context.Context, tenant, id string, w io.Writer) (e
 		return 0, t.lacks("diff", "read what a sandbox changed")
 	}
 	skip := map[string][]byte{"/etc/hostname": nil, "/etc/hosts": nil, resolvConf: nil}
-	if cert, key, err := m.store.GetCA(ctx, id); err == nil {
-		if ca, err := network.LoadCA(cert, key); err == nil {
-			skip[trustBundle], skip[caFile] = ca.CertPEM(), ca.CertPEM()
-		}
+	if cert, _, err := m.store.GetCA(ctx, id); err == nil { // the PEM trustFiles wrote
+		skip[trustBundle], skip[caFile] = cert, cert
 	}
 	return d.Diff(ctx, id, m.cfg.IDMap.Range(rec.IDRange), skip, w)
 }
