@@ -3,6 +3,7 @@ package cgroup
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,9 @@ type Manager interface {
 	Create(id string) (Group, error)
 	// Load returns an existing group, or an error wrapping os.ErrNotExist.
 	Load(id string) (Group, error)
+	// CanFreeze is "" when the groups can be frozen, else the reason they
+	// cannot (for a report of the host's capabilities).
+	CanFreeze() string
 }
 
 // Group is one sandbox's control group.
@@ -65,13 +69,30 @@ type Group interface {
 	// onThread, unless nil, runs on the OS thread that forks, just before
 	// the fork: it may change that thread's credentials, which the child
 	// (and a user namespace it creates) is born with; the thread ends after
-	// the fork, so no other goroutine ever runs with them.
+	// the fork, so no other goroutine ever runs with them. Start fails on a
+	// group that Frozen reports frozen, and must not run at the same time as
+	// Freeze of the group.
 	Start(cmd *exec.Cmd, onThread func() error) error
 	// Procs lists the pids in the group.
 	Procs() ([]int, error)
-	// Kill sends SIGKILL to every process in the group and waits (up to 2 s)
-	// until none is left.
+	// Kill sends SIGKILL to every process in the group, frozen or not, and
+	// waits (up to 2 s) until none is left. It leaves the group thawed.
 	Kill() error
+	// Freeze stops every process in the group and returns once the kernel
+	// reports the group frozen. If ctx ends first, it thaws the group again
+	// and returns an error wrapping ctx's: it never leaves the group half
+	// frozen. A group that cannot be frozen (Manager.CanFreeze says why)
+	// fails with an error wrapping errors.ErrUnsupported. Freezing a frozen
+	// group does nothing.
+	Freeze(ctx context.Context) error
+	// Thaw resumes the group's processes and returns once the kernel reports
+	// the group thawed (waiting up to 1 s). Thawing a group that is not
+	// frozen, or cannot be, does nothing.
+	Thaw() error
+	// Frozen tells whether the group is frozen or being frozen: it is also
+	// true after a Freeze that did not finish because its daemon died, whose
+	// processes may be partly stopped; Thaw resumes them.
+	Frozen() (bool, error)
 	// Stats reads the group's usage.
 	Stats() (Stats, error)
 	// OOMKills is the group's count of OOM kills (one file read).
@@ -88,25 +109,34 @@ const (
 	minQuota   = 1000   // µs, the kernel's smallest CFS quota
 	rmdirWait  = time.Second
 	killWait   = 2 * time.Second
+	thawWait   = time.Second
+	// Freeze and Thaw check the kernel's report at once, again after
+	// pollFirst (about an idle group's time to freeze), then with the pause
+	// doubling each time up to pollMax.
+	pollFirst = 50 * time.Microsecond
+	pollMax   = 10 * time.Millisecond
 )
 
 // isV1Controller tells whether c is one of the v1 controllers berth uses:
-// cpu, memory and pids, and cpuacct, which is optional (without it
-// Stats.CPUUsageNs stays 0).
+// cpu, memory and pids, and the optional cpuacct and freezer.
 func isV1Controller(c string) bool {
 	switch c {
-	case "cpu", "cpuacct", "memory", "pids":
+	case "cpu", "cpuacct", "freezer", "memory", "pids":
 		return true
 	}
 	return false
 }
 
+// isOptionalV1 tells whether berth does without v1 controller c: without
+// cpuacct Stats.CPUUsageNs stays 0, without freezer groups cannot be frozen.
+func isOptionalV1(c string) bool { return c == "cpuacct" || c == "freezer" }
+
 // New detects the host's layout. It is v2 when /sys/fs/cgroup is a cgroup2
 // filesystem: the groups then live in /sys/fs/cgroup/<root> (a child of the
 // hierarchy root, not of the daemon's own cgroup, so that the daemon never
 // sits above its sandboxes), and New fails unless cpu, memory and pids can
-// be enabled there. Otherwise it is v1, with the cpu, cpuacct, memory and
-// pids hierarchies found in /proc/self/mountinfo.
+// be enabled there. Otherwise it is v1, with the cpu, cpuacct, freezer,
+// memory and pids hierarchies found in /proc/self/mountinfo.
 func New(root string) (Manager, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(cgroupRoot, &st); err != nil {
@@ -289,39 +319,99 @@ func readProcs(dir string) ([]int, error) {
 	return pids, nil
 }
 
-// killLoop SIGKILLs the processes in dir until none is left, for up to
-// killWait (a fork bomb may add processes while we kill). An absent group
-// has nothing to kill.
-func killLoop(dir string) error {
+// killAll sends SIGKILL once to each process in dir and returns how many
+// it signalled. An absent group has nothing to kill.
+func killAll(dir string) (int, error) {
+	pids, err := readProcs(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
 	self := os.Getpid()
-	deadline := time.Now().Add(killWait)
-	for {
-		pids, err := readProcs(dir)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		n := 0
-		for _, p := range pids {
-			// Never ourselves: on v1 a forking thread of ours sits in the
-			// group for the few microseconds of Start.
-			if p != self {
-				n++
-				if err := syscall.Kill(p, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-					return fmt.Errorf("kill %d in %s: %w", p, dir, err)
-				}
+	n := 0
+	for _, p := range pids {
+		// Never ourselves: on v1 a forking thread of ours sits in the
+		// group for the few microseconds of Start.
+		if p != self {
+			n++
+			if err := syscall.Kill(p, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return n, fmt.Errorf("kill %d in %s: %w", p, dir, err)
 			}
 		}
-		if n == 0 {
-			return nil
+	}
+	return n, nil
+}
+
+// killLoop SIGKILLs the processes in dir until none is left, for up to
+// killWait (a fork bomb may add processes while we kill).
+func killLoop(dir string) error {
+	deadline := time.Now().Add(killWait)
+	for {
+		n, err := killAll(dir)
+		if err != nil || n == 0 {
+			return err
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("kill %s: %d processes still there after %v", dir, n, killWait)
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// await calls done until it reports true, pausing between calls for
+// pollFirst, then twice as long each time up to pollMax, until ctx ends.
+func await(ctx context.Context, done func() (bool, error)) error {
+	for d := pollFirst; ; d = min(2*d, pollMax) {
+		if ok, err := done(); ok || err != nil {
+			return err
+		}
+		if err := pause(ctx, d); err != nil {
+			return err
+		}
+	}
+}
+
+// pause waits for d or until ctx ends, and returns ctx's error if it has.
+// On Linux a runtime timer shorter than 1 ms takes about 1 ms when the
+// runtime is idle (its poller sleeps in whole milliseconds), so a shorter
+// pause is a nanosleep, which holds this goroutine's thread that long.
+func pause(ctx context.Context, d time.Duration) error {
+	if d < time.Millisecond {
+		ts := unix.NsecToTimespec(d.Nanoseconds())
+		_ = unix.Nanosleep(&ts, nil) // EINTR ends it early: the caller just polls sooner
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// checkThawed is Start's check that g is not frozen.
+func checkThawed(g Group) error {
+	frozen, err := g.Frozen()
+	if err != nil {
+		return fmt.Errorf("start in cgroup: %w", err)
+	}
+	if frozen {
+		return fmt.Errorf("start in cgroup %s: the group is frozen", g.Path())
+	}
+	return nil
+}
+
+// readWord reads a file holding one word, such as freezer.state.
+func readWord(dir, name string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return "", err // names the file
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // removeTree removes a group directory and its subgroups, deepest first,

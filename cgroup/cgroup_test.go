@@ -2,8 +2,10 @@ package cgroup
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,7 +101,7 @@ func hostManager(t *testing.T) Manager {
 
 // hostV1 is a manager over this host's v1 hierarchies; it skips where
 // the host has none (a pure v2 host).
-func hostV1(t *testing.T) (Manager, map[string]string) {
+func hostV1(t testing.TB) (Manager, map[string]string) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	f, err := os.Open("/proc/self/mountinfo")
@@ -123,7 +125,7 @@ func hostV1(t *testing.T) (Manager, map[string]string) {
 
 // hostV2Mount is a cgroup2 mount of this host: /sys/fs/cgroup on a pure v2
 // host, the hybrid /sys/fs/cgroup/unified otherwise.
-func hostV2Mount(t *testing.T) string {
+func hostV2Mount(t testing.TB) string {
 	t.Helper()
 	testutil.RequireRoot(t)
 	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
@@ -155,13 +157,14 @@ func create(t *testing.T, m Manager, prefix string) (Group, string) {
 	return g, id
 }
 
-// start starts cmd in g; the test's cleanup kills and reaps it.
+// start starts cmd in g; the test's cleanup thaws the group (a frozen
+// process may not die of SIGKILL), kills its processes and reaps cmd.
 func start(t *testing.T, g Group, cmd *exec.Cmd) {
 	t.Helper()
 	if err := g.Start(cmd, nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { g.Thaw(); g.Kill(); cmd.Process.Kill(); cmd.Wait() })
 }
 
 func readTrim(t *testing.T, p string) string {
@@ -211,6 +214,7 @@ func TestV1Mounts(t *testing.T) {
 37 30 0:32 / /sys/fs/cgroup/pids rw shared:17 - cgroup cgroup rw,pids
 38 30 0:32 / /mnt/pids-again rw shared:17 - cgroup cgroup rw,pids
 39 30 0:33 / /sys/fs/cgroup/net_cls,net_prio rw shared:18 - cgroup cgroup rw,net_cls,net_prio
+40 30 0:34 / /sys/fs/cgroup/freezer rw shared:19 - cgroup cgroup rw,freezer
 `
 	got, err := v1Mounts(strings.NewReader(info))
 	if err != nil {
@@ -219,6 +223,7 @@ func TestV1Mounts(t *testing.T) {
 	want := map[string]string{
 		"cpu":     "/sys/fs/cgroup/cpu,cpuacct",
 		"cpuacct": "/sys/fs/cgroup/cpu,cpuacct",
+		"freezer": "/sys/fs/cgroup/freezer",
 		"memory":  "/sys/fs/cgroup/my memory",
 		"pids":    "/sys/fs/cgroup/pids",
 	}
@@ -330,6 +335,38 @@ func TestV2FilesOnPlainDir(t *testing.T) {
 	if _, err := m.Load("sb"); err != nil {
 		t.Errorf("Load(sb): %v", err)
 	}
+
+	// A kernel before 5.2 has no cgroup.freeze: no group is frozen, and
+	// Freeze says why it cannot freeze one.
+	if why := m.CanFreeze(); why != noV2Freezer {
+		t.Errorf("CanFreeze without cgroup.freeze: %q", why)
+	}
+	if err := g.Freeze(t.Context()); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "Linux 5.2") {
+		t.Errorf("Freeze without cgroup.freeze: %v, want ErrUnsupported saying why", err)
+	}
+	if frozen, err := g.Frozen(); err != nil || frozen {
+		t.Errorf("Frozen without cgroup.freeze: %v %v", frozen, err)
+	}
+	if err := g.Thaw(); err != nil {
+		t.Errorf("Thaw without cgroup.freeze: %v", err)
+	}
+	touch(filepath.Join(mount, "berth"), map[string]string{"cgroup.freeze": "0\n"})
+	touch(g.Path(), map[string]string{"cgroup.freeze": "0\n", "cgroup.events": "populated 1\nfrozen 1\n"})
+	if why := m.CanFreeze(); why != "" {
+		t.Errorf("CanFreeze: %q", why)
+	}
+	if err := g.Freeze(t.Context()); err != nil {
+		t.Errorf("Freeze: %v", err)
+	}
+	check(map[string]string{"cgroup.freeze": "1"})
+	if frozen, err := g.Frozen(); err != nil || !frozen {
+		t.Errorf("Frozen after Freeze: %v %v", frozen, err)
+	}
+	touch(g.Path(), map[string]string{"cgroup.events": "populated 1\nfrozen 0\n"})
+	if err := g.Thaw(); err != nil {
+		t.Errorf("Thaw: %v", err)
+	}
+	check(map[string]string{"cgroup.freeze": "0"})
 }
 
 // TestLifecycle runs a group of New's kind (v1 on this host) through
@@ -566,9 +603,15 @@ func checkNamespaceRoot(t *testing.T, g Group, id string, controllers []string) 
 // TestV1CgroupNamespaceRootedAtGroup: a child started with CLONE_NEWCGROUP
 // sees itself at the root of every hierarchy.
 func TestV1CgroupNamespaceRootedAtGroup(t *testing.T) {
-	m, _ := hostV1(t)
+	m, mounts := hostV1(t)
 	g, id := create(t, m, "ns")
-	checkNamespaceRoot(t, g, id, []string{"cpu", "cpuacct", "memory", "pids"})
+	controllers := []string{"cpu", "memory", "pids"}
+	for _, c := range []string{"cpuacct", "freezer"} {
+		if mounts[c] != "" {
+			controllers = append(controllers, c)
+		}
+	}
+	checkNamespaceRoot(t, g, id, controllers)
 }
 
 // TestV2CgroupNamespaceRootedAtGroup: the same for a child born with
@@ -793,6 +836,486 @@ func TestStartOnThread(t *testing.T) {
 			if err := g.Start(refused, func() error { return errors.New("not on this thread") }); err == nil ||
 				!strings.Contains(err.Error(), "not on this thread") || refused.Process != nil {
 				t.Errorf("Start after onThread failed: %v, process %v", err, refused.Process)
+			}
+		})
+	}
+}
+
+// requireOrFail skips a test that this host cannot run, or fails it where
+// CI=true, so that nothing skips silently there.
+func requireOrFail(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s, and CI=true turns the skip into a failure", why)
+	}
+	t.Skip(why)
+}
+
+// eachFreezer runs test once for each kind of group this host can freeze:
+// "v1" in its v1 hierarchies, "v2" on its cgroup2 mount (on this hybrid
+// host the unified mount, whose groups have cgroup.freeze although no
+// controller is enabled there).
+func eachFreezer(t *testing.T, test func(t *testing.T, m Manager)) {
+	t.Run("v1", func(t *testing.T) {
+		m, _ := hostV1(t)
+		if why := m.CanFreeze(); why != "" {
+			requireOrFail(t, why)
+		}
+		test(t, m)
+	})
+	t.Run("v2", func(t *testing.T) {
+		m, err := NewV2(hostV2Mount(t), testRoot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if why := m.CanFreeze(); why != "" {
+			requireOrFail(t, why)
+		}
+		test(t, m)
+	})
+}
+
+// waitProcs waits (up to 2 s) until g holds n processes, and returns them.
+func waitProcs(t *testing.T, g Group, n int) []int {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		procs, err := g.Procs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(procs) == n {
+			return procs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("procs %v, want %d", procs, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// cpuTicks is the CPU time (utime+stime, in clock ticks) that pids have
+// used, from /proc/<pid>/stat.
+func cpuTicks(t *testing.T, pids []int) int64 {
+	t.Helper()
+	var sum int64
+	for _, pid := range pids {
+		stat := readTrim(t, fmt.Sprintf("/proc/%d/stat", pid))
+		// pid (comm) state ppid ... utime stime: fields 14 and 15, the
+		// 12th and 13th after the comm, which may hold spaces.
+		fields := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
+		for _, f := range fields[11:13] {
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				t.Fatalf("/proc/%d/stat: %v", pid, err)
+			}
+			sum += n
+		}
+	}
+	return sum
+}
+
+// waitRunning waits (up to 5 s) until pids have used 10 more ticks of CPU.
+func waitRunning(t *testing.T, pids []int) {
+	t.Helper()
+	from := cpuTicks(t, pids)
+	deadline := time.Now().Add(5 * time.Second)
+	for cpuTicks(t, pids) < from+10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v used %d ticks of CPU in 5 s, want 10: not running", pids, cpuTicks(t, pids)-from)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// freezerState is what the kernel's own file says of g: v1's freezer.state,
+// or v2's cgroup.events "frozen 0" or "frozen 1".
+func freezerState(t *testing.T, m Manager, g Group, id string) string {
+	t.Helper()
+	if m.Version() == 1 {
+		_, mounts := hostV1(t)
+		return readTrim(t, filepath.Join(mounts["freezer"], testRoot, id, "freezer.state"))
+	}
+	n, err := readKeyed(g.Path(), "cgroup.events", "frozen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint("frozen ", n)
+}
+
+// thawedState and frozenState are freezerState's answers for a thawed and
+// a frozen group.
+func thawedState(m Manager) string {
+	if m.Version() == 1 {
+		return "THAWED"
+	}
+	return "frozen 0"
+}
+
+func frozenState(m Manager) string {
+	if m.Version() == 1 {
+		return "FROZEN"
+	}
+	return "frozen 1"
+}
+
+// TestFreezeAndThaw freezes a group whose shell forked a busy loop: neither
+// uses CPU while frozen, Start refuses the group, and both run again after
+// Thaw. Freeze and Thaw twice do nothing more.
+func TestFreezeAndThaw(t *testing.T) {
+	eachFreezer(t, func(t *testing.T, m Manager) {
+		g, id := create(t, m, "freeze")
+		cmd := exec.Command("/bin/sh", "-c", "while :; do :; done & wait")
+		start(t, g, cmd)
+		procs := waitProcs(t, g, 2) // the shell and the loop it forked
+		if frozen, err := g.Frozen(); err != nil || frozen {
+			t.Fatalf("Frozen before Freeze: %v %v", frozen, err)
+		}
+		waitRunning(t, procs)
+
+		if err := g.Freeze(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := freezerState(t, m, g, id), frozenState(m); got != want {
+			t.Errorf("after Freeze the kernel says %q, want %q", got, want)
+		}
+		if frozen, err := g.Frozen(); err != nil || !frozen {
+			t.Errorf("Frozen after Freeze: %v %v", frozen, err)
+		}
+		ticks := cpuTicks(t, procs)
+		before, err := g.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if got := cpuTicks(t, procs); got != ticks {
+			t.Errorf("frozen processes used %d ticks of CPU in 300 ms", got-ticks)
+		}
+		if after, err := g.Stats(); err != nil || after.CPUUsageNs != before.CPUUsageNs {
+			t.Errorf("frozen group's CPU usage went from %d to %d ns (%v)", before.CPUUsageNs, after.CPUUsageNs, err)
+		}
+		refused := exec.Command("/bin/true")
+		if err := g.Start(refused, nil); err == nil || !strings.Contains(err.Error(), "frozen") || refused.Process != nil {
+			t.Errorf("Start in a frozen group: %v, process %v", err, refused.Process)
+		}
+		checkNotInGroup(t, g)
+		if err := g.Freeze(t.Context()); err != nil {
+			t.Errorf("second Freeze: %v", err)
+		}
+
+		if err := g.Thaw(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := freezerState(t, m, g, id), thawedState(m); got != want {
+			t.Errorf("after Thaw the kernel says %q, want %q", got, want)
+		}
+		if frozen, err := g.Frozen(); err != nil || frozen {
+			t.Errorf("Frozen after Thaw: %v %v", frozen, err)
+		}
+		waitRunning(t, procs)
+		if err := g.Thaw(); err != nil {
+			t.Errorf("second Thaw: %v", err)
+		}
+	})
+}
+
+// TestKillFrozen kills a frozen group, loaded afresh as after a daemon
+// restart: every process dies (on v1 only once thawed), the group is left
+// thawed and empty, and Remove deletes it. Remove deletes a frozen empty
+// group too.
+func TestKillFrozen(t *testing.T) {
+	eachFreezer(t, func(t *testing.T, m Manager) {
+		g, id := create(t, m, "killfrozen")
+		cmd := exec.Command("/bin/sh", "-c", "for i in 1 2 3; do sleep 30 & done; while :; do :; done & wait")
+		start(t, g, cmd)
+		waitProcs(t, g, 5)
+		if err := g.Freeze(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		loaded, err := m.Load(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if frozen, err := loaded.Frozen(); err != nil || !frozen {
+			t.Fatalf("Frozen of the loaded group: %v %v", frozen, err)
+		}
+		if err := loaded.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err == nil || cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("after Kill: %v, want SIGKILL", err)
+		}
+		if procs, err := g.Procs(); err != nil || len(procs) != 0 {
+			t.Errorf("procs after Kill: %v %v", procs, err)
+		}
+		if frozen, err := g.Frozen(); err != nil || frozen {
+			t.Errorf("Frozen after Kill: %v %v", frozen, err)
+		}
+		if err := g.Remove(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Load(id); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("Load after Remove: %v", err)
+		}
+
+		empty, id := create(t, m, "frozenempty")
+		if err := empty.Freeze(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := freezerState(t, m, empty, id), frozenState(m); got != want {
+			t.Errorf("an empty group after Freeze: the kernel says %q, want %q", got, want)
+		}
+		if err := empty.Remove(); err != nil {
+			t.Fatalf("Remove of a frozen empty group: %v", err)
+		}
+		if _, err := m.Load(id); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("Load after Remove: %v", err)
+		}
+	})
+}
+
+// TestFreezeCanceled: Freeze with a context already canceled fails and
+// leaves the group running.
+func TestFreezeCanceled(t *testing.T) {
+	eachFreezer(t, func(t *testing.T, m Manager) {
+		g, id := create(t, m, "canceled")
+		cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		start(t, g, cmd)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if err := g.Freeze(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Freeze with a canceled context: %v, want context.Canceled", err)
+		}
+		if frozen, err := g.Frozen(); err != nil || frozen {
+			t.Errorf("Frozen: %v %v", frozen, err)
+		}
+		if got, want := freezerState(t, m, g, id), thawedState(m); got != want {
+			t.Errorf("the kernel says %q, want %q", got, want)
+		}
+		waitRunning(t, []int{cmd.Process.Pid})
+	})
+}
+
+// unfreezable starts in g a process that no freezer can stop: mkdir on a
+// FUSE mount waits, uninterruptibly, for the lock of the mount's root
+// directory, which another process (outside g) holds while it waits to
+// look up a file for a server that never answers (the kernel holds
+// requests until the server's INIT reply). The test's cleanup aborts the
+// FUSE connection, which ends both waits, and unmounts.
+func unfreezable(t *testing.T, g Group) *exec.Cmd {
+	t.Helper()
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) {
+		requireOrFail(t, "this host has no /dev/fuse")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	abort := sync.OnceFunc(func() { unix.Close(fd) }) // the server's last close aborts the connection
+	dir := t.TempDir()
+	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", fd)
+	if err := unix.Mount("berth-test", dir, "fuse", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		abort()
+		t.Fatalf("mount fuse: %v", err)
+	}
+	t.Cleanup(func() {
+		abort()
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Error(err)
+		}
+	})
+	holder := exec.Command("/bin/cat", filepath.Join(dir, "x"))
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	waitBlocked(t, holder.Process.Pid)
+	cmd := exec.Command("/bin/mkdir", filepath.Join(dir, "y"))
+	start(t, g, cmd)
+	// Runs before start's cleanup, which cannot kill mkdir while it waits.
+	t.Cleanup(abort)
+	waitBlocked(t, cmd.Process.Pid)
+	return cmd
+}
+
+// waitBlocked waits (up to 2 s) until pid has slept uninterruptibly (state
+// D) for 50 ms, which a page fault's short wait does not.
+func waitBlocked(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	var since time.Time
+	for {
+		stat := readTrim(t, fmt.Sprintf("/proc/%d/stat", pid))
+		switch {
+		case strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])[0] != "D":
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= 50*time.Millisecond:
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d never blocked on the FUSE mount: %s, wchan %q", pid, stat, readTrim(t, fmt.Sprintf("/proc/%d/wchan", pid)))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestFreezeTimeoutThaws: a group that cannot freeze, for one of its
+// processes cannot stop, stays FREEZING (v1) or "frozen 0" (v2) with the
+// others stopped; when Freeze's context ends it thaws the group again, so
+// the others run.
+func TestFreezeTimeoutThaws(t *testing.T) {
+	eachFreezer(t, func(t *testing.T, m Manager) {
+		g, id := create(t, m, "unfreezable")
+		busy := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		start(t, g, busy)
+		unfreezable(t, g)
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		began := time.Now()
+		err := g.Freeze(ctx)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Freeze of an unfreezable group: %v, want context.DeadlineExceeded", err)
+		}
+		if took := time.Since(began); took > time.Second {
+			t.Errorf("Freeze returned %v after a 200 ms deadline", took)
+		}
+		if m.Version() == 1 && !strings.Contains(err.Error(), "FREEZING") {
+			t.Errorf("Freeze's error %q does not say the group was still FREEZING", err)
+		}
+		if frozen, err := g.Frozen(); err != nil || frozen {
+			t.Errorf("Frozen after the failed Freeze: %v %v", frozen, err)
+		}
+		if got, want := freezerState(t, m, g, id), thawedState(m); got != want {
+			t.Errorf("after the failed Freeze the kernel says %q, want %q", got, want)
+		}
+		waitRunning(t, []int{busy.Process.Pid})
+	})
+}
+
+// TestV1WithoutFreezer: on a v1 host without the freezer hierarchy, groups
+// work as before and Freeze says why it cannot freeze them.
+func TestV1WithoutFreezer(t *testing.T) {
+	_, mounts := hostV1(t)
+	for name, freezer := range map[string]string{"absent": "", "not mounted": "/nonexistent/freezer"} {
+		t.Run(name, func(t *testing.T) {
+			without := maps.Clone(mounts)
+			delete(without, "freezer")
+			if freezer != "" {
+				without["freezer"] = freezer
+			}
+			m, err := NewV1(without, testRoot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if why := m.CanFreeze(); why != noV1Freezer {
+				t.Errorf("CanFreeze: %q, want %q", why, noV1Freezer)
+			}
+			g, _ := create(t, m, "nofreezer")
+			cmd := exec.Command("/bin/sleep", "30")
+			start(t, g, cmd)
+			err = g.Freeze(t.Context())
+			if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), noV1Freezer) {
+				t.Errorf("Freeze: %v, want ErrUnsupported saying %q", err, noV1Freezer)
+			}
+			if frozen, err := g.Frozen(); err != nil || frozen {
+				t.Errorf("Frozen: %v %v", frozen, err)
+			}
+			if err := g.Thaw(); err != nil {
+				t.Errorf("Thaw: %v", err)
+			}
+			if p := cgroupLines(t, strconv.Itoa(cmd.Process.Pid))["freezer"]; strings.Contains(p, testRoot) {
+				t.Errorf("the child is in freezer group %s of a manager without the freezer", p)
+			}
+			if err := g.Kill(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// benchManagers are the managers the benchmarks compare: v1 with and
+// without the freezer hierarchy, and v2 on the host's cgroup2 mount.
+func benchManagers(b *testing.B) []struct {
+	name string
+	m    Manager
+} {
+	b.Helper()
+	v1, mounts := hostV1(b)
+	without := maps.Clone(mounts)
+	delete(without, "freezer")
+	v1NoFreezer, err := NewV1(without, testRoot)
+	if err != nil {
+		b.Fatal(err)
+	}
+	v2, err := NewV2(hostV2Mount(b), testRoot)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return []struct {
+		name string
+		m    Manager
+	}{{"v1", v1}, {"v1-no-freezer", v1NoFreezer}, {"v2", v2}}
+}
+
+// BenchmarkStartInGroup is a sandbox group's life: Create, Start of
+// /bin/sleep, Kill, Wait and Remove.
+func BenchmarkStartInGroup(b *testing.B) {
+	for _, bm := range benchManagers(b) {
+		b.Run(bm.name, func(b *testing.B) {
+			prefix := uniqueID("bench")
+			i := 0
+			for b.Loop() {
+				i++
+				g, err := bm.m.Create(fmt.Sprintf("%s-%d", prefix, i))
+				if err != nil {
+					b.Fatal(err)
+				}
+				cmd := exec.Command("/bin/sleep", "30")
+				if err := g.Start(cmd, nil); err != nil {
+					b.Fatal(err)
+				}
+				if err := g.Kill(); err != nil {
+					b.Fatal(err)
+				}
+				cmd.Wait()
+				if err := g.Remove(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFreezeThaw freezes and thaws a group that runs one busy loop.
+func BenchmarkFreezeThaw(b *testing.B) {
+	for _, bm := range benchManagers(b) {
+		if bm.m.CanFreeze() != "" {
+			continue
+		}
+		b.Run(bm.name, func(b *testing.B) {
+			g, err := bm.m.Create(uniqueID("benchfreeze"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
+			if err := g.Start(cmd, nil); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				if err := errors.Join(g.Kill(), g.Remove()); err != nil {
+					b.Error(err)
+				}
+				cmd.Wait()
+			})
+			for b.Loop() {
+				if err := g.Freeze(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				if err := g.Thaw(); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

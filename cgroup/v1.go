@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -16,17 +17,19 @@ import (
 	"github.com/berthsh/berth/internal/osthread"
 )
 
-// v1Manager keeps groups in the v1 hierarchies of cpu, cpuacct, memory and
-// pids; controllers mounted together (cpu,cpuacct) share one directory.
+// v1Manager keeps groups in the v1 hierarchies of cpu, cpuacct, freezer,
+// memory and pids; controllers mounted together (cpu,cpuacct) share one
+// directory.
 type v1Manager struct {
 	root   string
 	mounts map[string]string // controller -> hierarchy mount dir, symlinks resolved
 }
 
 // NewV1 returns a manager over v1 hierarchies given as controller -> mount
-// directory. memory, cpu and pids are required; cpuacct is optional and
-// skipped when absent or not mounted (Stats.CPUUsageNs then stays 0). The
-// groups live in <mount>/<root>/<id> in each hierarchy.
+// directory. memory, cpu and pids are required; cpuacct and freezer are
+// optional and skipped when absent or not mounted (Stats.CPUUsageNs then
+// stays 0; groups cannot be frozen). The groups live in <mount>/<root>/<id>
+// in each hierarchy.
 func NewV1(mounts map[string]string, root string) (Manager, error) {
 	if err := validName(root); err != nil {
 		return nil, err
@@ -38,7 +41,7 @@ func NewV1(mounts map[string]string, root string) (Manager, error) {
 		}
 		real, err := v1Hierarchy(dir)
 		if err != nil {
-			if c == "cpuacct" {
+			if isOptionalV1(c) {
 				continue
 			}
 			return nil, fmt.Errorf("cgroup v1 controller %s: %w", c, err)
@@ -74,6 +77,16 @@ func v1Hierarchy(dir string) (string, error) {
 }
 
 func (m *v1Manager) Version() int { return 1 }
+
+// noV1Freezer is why a v1 group cannot be frozen.
+const noV1Freezer = "the cgroup v1 freezer hierarchy is not mounted"
+
+func (m *v1Manager) CanFreeze() string {
+	if _, ok := m.mounts["freezer"]; ok {
+		return ""
+	}
+	return noV1Freezer
+}
 
 // group returns the group id's directories (id "" gives berth's root group).
 func (m *v1Manager) group(id string) *v1Group {
@@ -188,8 +201,12 @@ func (g *v1Group) setMemory(limit int64) error {
 // is no longer a member of the group.
 //
 // While it forks, the thread counts in the group's pids.current and its
-// kernel allocations are charged to the group's memory.
+// kernel allocations are charged to the group's memory. A thread that joins
+// a frozen freezer group freezes, so Start refuses a frozen group.
 func (g *v1Group) Start(cmd *exec.Cmd, onThread func() error) error {
+	if err := checkThawed(g); err != nil {
+		return err
+	}
 	tid, err := osthread.Discarded(func(tid int) error {
 		for _, d := range g.all {
 			if err := writeFile(d, "tasks", strconv.Itoa(tid)); err != nil {
@@ -223,7 +240,107 @@ func waitThreadGone(tid int) {
 
 func (g *v1Group) Procs() ([]int, error) { return readProcs(g.dirs["pids"]) }
 
-func (g *v1Group) Kill() error { return killLoop(g.dirs["pids"]) }
+// Kill kills the group's processes. A frozen task takes SIGKILL only once
+// thawed, so in a frozen group Kill first signals every task (none can fork
+// while frozen), then thaws the group, so that each dies without running
+// again, then kills and waits for whatever is left.
+func (g *v1Group) Kill() error {
+	pids := g.dirs["pids"]
+	frozen, err := g.Frozen()
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if frozen {
+		if _, err := killAll(pids); err != nil {
+			return err
+		}
+		if err := g.Thaw(); err != nil {
+			return err
+		}
+	}
+	return killLoop(pids)
+}
+
+// Freeze writes FROZEN to freezer.state and waits until it reads FROZEN
+// rather than FREEZING. It writes FROZEN again before each read: each write
+// sets freezing every task in the group, which catches a task that an older
+// kernel missed as it was forked during the freeze.
+func (g *v1Group) Freeze(ctx context.Context) error {
+	dir, ok := g.dirs["freezer"]
+	if !ok {
+		return fmt.Errorf("freeze cgroup %s: %s: %w", g.Path(), noV1Freezer, errors.ErrUnsupported)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("freeze cgroup %s: %w", dir, err)
+	}
+	state := ""
+	err := await(ctx, func() (bool, error) {
+		if err := writeFile(dir, "freezer.state", "FROZEN"); err != nil {
+			return false, err
+		}
+		var err error
+		if state, err = readWord(dir, "freezer.state"); err != nil {
+			return false, err
+		}
+		switch state {
+		case "FROZEN":
+			return true, nil
+		case "FREEZING":
+			return false, nil
+		}
+		return false, fmt.Errorf("%s/freezer.state reads %q while freezing", dir, state)
+	})
+	if err == nil {
+		return nil
+	}
+	if state != "" {
+		err = fmt.Errorf("freeze cgroup %s: still %s: %w", dir, state, err)
+	} else {
+		err = fmt.Errorf("freeze cgroup %s: %w", dir, err)
+	}
+	if terr := g.Thaw(); terr != nil {
+		err = errors.Join(err, terr)
+	}
+	return err
+}
+
+// Thaw writes THAWED to freezer.state and waits until it reads THAWED
+// (FROZEN stays while an ancestor group is frozen).
+func (g *v1Group) Thaw() error {
+	dir, ok := g.dirs["freezer"]
+	if !ok {
+		return nil
+	}
+	if err := writeFile(dir, "freezer.state", "THAWED"); err != nil {
+		return fmt.Errorf("thaw cgroup %s: %w", dir, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), thawWait)
+	defer cancel()
+	state := ""
+	err := await(ctx, func() (bool, error) {
+		var err error
+		state, err = readWord(dir, "freezer.state")
+		return state == "THAWED", err
+	})
+	if err != nil {
+		return fmt.Errorf("thaw cgroup %s: still %s: %w", dir, state, err)
+	}
+	return nil
+}
+
+// Frozen tells whether freezer.state reads FROZEN or FREEZING; a group
+// without a freezer is never frozen.
+func (g *v1Group) Frozen() (bool, error) {
+	dir, ok := g.dirs["freezer"]
+	if !ok {
+		return false, nil
+	}
+	state, err := readWord(dir, "freezer.state")
+	if err != nil {
+		return false, err
+	}
+	return state != "THAWED", nil
+}
 
 func (g *v1Group) Stats() (Stats, error) {
 	var s Stats

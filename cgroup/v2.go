@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -27,7 +28,8 @@ func needV2() []string { return []string{"cpu", "memory", "pids"} }
 // group: NewV2 makes it and enables cpu, memory and pids in the
 // cgroup.subtree_control of mountDir and of <root>, each one that mountDir
 // has. A hybrid host's unified mount may have none: groups, Start, Procs,
-// Kill and Remove work there, and Set fails naming the missing controller.
+// Kill, Remove and (Linux 5.2+) Freeze work there, and Set fails naming the
+// missing controller.
 func NewV2(mountDir, root string) (Manager, error) {
 	return newV2(mountDir, root)
 }
@@ -72,6 +74,16 @@ func (m *v2Manager) missing() []string {
 }
 
 func (m *v2Manager) Version() int { return 2 }
+
+// noV2Freezer is why a v2 group cannot be frozen.
+const noV2Freezer = "the cgroup v2 freezer needs Linux 5.2 or later (no cgroup.freeze)"
+
+func (m *v2Manager) CanFreeze() string {
+	if exists(filepath.Join(m.dir, "cgroup.freeze")) {
+		return ""
+	}
+	return noV2Freezer
+}
 
 func (m *v2Manager) Create(id string) (Group, error) {
 	if err := validName(id); err != nil {
@@ -136,8 +148,12 @@ func (g *v2Group) Set(l Limits) error {
 // UseCgroupFD and CgroupFD), so the child is born in the group; with
 // CLONE_NEWCGROUP in cmd's Cloneflags the kernel roots the child's cgroup
 // namespace at the group it was born in. With onThread it forks from a
-// thread of its own (discardedThread).
+// thread of its own (discardedThread). The kernel would start the child
+// frozen in a frozen group, but Start refuses one, as on v1.
 func (g *v2Group) Start(cmd *exec.Cmd, onThread func() error) error {
+	if err := checkThawed(g); err != nil {
+		return err
+	}
 	f, err := os.Open(g.dir)
 	if err != nil {
 		return fmt.Errorf("open cgroup: %w", err)
@@ -163,13 +179,85 @@ func (g *v2Group) Start(cmd *exec.Cmd, onThread func() error) error {
 func (g *v2Group) Procs() ([]int, error) { return readProcs(g.dir) }
 
 // Kill writes cgroup.kill (Linux 5.14+) and then kills and waits for what
-// is left, process by process.
+// is left, process by process. SIGKILL ends a frozen process as it does any
+// other; once the group is empty Kill thaws it, if frozen.
 func (g *v2Group) Kill() error {
 	err := writeFile(g.dir, "cgroup.kill", "1")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return killLoop(g.dir)
+	if err := killLoop(g.dir); err != nil {
+		return err
+	}
+	frozen, err := g.Frozen()
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil || !frozen {
+		return err
+	}
+	return g.Thaw()
+}
+
+// Freeze writes 1 to cgroup.freeze and waits until cgroup.events reads
+// "frozen 1".
+func (g *v2Group) Freeze(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("freeze cgroup %s: %w", g.dir, err)
+	}
+	if err := writeFile(g.dir, "cgroup.freeze", "1"); err != nil {
+		if errors.Is(err, os.ErrNotExist) && exists(g.dir) {
+			return fmt.Errorf("freeze cgroup %s: %s: %w", g.dir, noV2Freezer, errors.ErrUnsupported)
+		}
+		return fmt.Errorf("freeze cgroup: %w", err)
+	}
+	err := await(ctx, g.eventsFrozen(1))
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("freeze cgroup %s: not frozen yet: %w", g.dir, err)
+	if terr := g.Thaw(); terr != nil {
+		err = errors.Join(err, terr)
+	}
+	return err
+}
+
+// Thaw writes 0 to cgroup.freeze and waits until cgroup.events reads
+// "frozen 0" (1 stays while an ancestor group is frozen).
+func (g *v2Group) Thaw() error {
+	err := writeFile(g.dir, "cgroup.freeze", "0")
+	if errors.Is(err, os.ErrNotExist) && exists(g.dir) {
+		return nil // a kernel without the freezer
+	}
+	if err != nil {
+		return fmt.Errorf("thaw cgroup: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), thawWait)
+	defer cancel()
+	if err := await(ctx, g.eventsFrozen(0)); err != nil {
+		return fmt.Errorf("thaw cgroup %s: still frozen: %w", g.dir, err)
+	}
+	return nil
+}
+
+// eventsFrozen returns a check for await that cgroup.events reads
+// "frozen <want>".
+func (g *v2Group) eventsFrozen(want int64) func() (bool, error) {
+	return func() (bool, error) {
+		n, err := readKeyed(g.dir, "cgroup.events", "frozen")
+		return n == want, err
+	}
+}
+
+// Frozen tells whether cgroup.freeze reads 1: the group is frozen, or is
+// being frozen (cgroup.events tells which). A kernel without the freezer
+// has no cgroup.freeze, and its groups are never frozen.
+func (g *v2Group) Frozen() (bool, error) {
+	n, err := readInt(g.dir, "cgroup.freeze")
+	if errors.Is(err, os.ErrNotExist) && exists(g.dir) {
+		return false, nil
+	}
+	return n == 1, err
 }
 
 func (g *v2Group) Stats() (Stats, error) {
