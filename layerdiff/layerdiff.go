@@ -1,16 +1,20 @@
 // Package layerdiff reads what a sandbox changed: the writable (upper)
-// layer of its overlay root, written out as an OCI layer tar. A template
-// build commits each step this way; snapshots will too.
+// layer of its overlay root, as an OCI layer tar (Write: a template build
+// commits each step this way) or as a copy in a layer directory (Copy: a
+// snapshot).
 //
 // The layer is the sandbox's, so its contents are hostile: the walk opens
 // every entry relative to its directory's descriptor and follows no
-// symlink, reads only regular files, and writes ids as the sandbox sees
-// them (host ids outside the sandbox's range become 65534). Overlay's own
-// marks become the OCI format's: a whiteout (a 0/0 character device) is a
-// ".wh." entry, an opaque directory ("user.overlay.opaque") a ".wh..wh..opq"
-// entry; other "user.overlay." attributes are overlay's and are left out.
+// symlink, reads only regular files, and gives ids as the sandbox sees
+// them (host ids outside the sandbox's range become 65534). In a tar,
+// overlay's own marks become the OCI format's: a whiteout (a 0/0 character
+// device) is a ".wh." entry, an opaque directory ("user.overlay.opaque") a
+// ".wh..wh..opq" entry. A copy, an overlay layer itself, keeps them as they
+// are. Other "user.overlay." attributes are overlay's and are left out, as
+// are attributes outside "user." (they would mean something on the host).
 // The caller stops or freezes the sandbox first: a walk of a layer that is
-// changing sees some mixture of before and after.
+// changing sees some mixture of before and after (Copy's Live pass is the
+// exception, made to be followed by a frozen one).
 package layerdiff
 
 import (
@@ -108,7 +112,7 @@ func (w *writer) entry(dirfd int, parent, name string) error {
 		}
 		return fmt.Errorf("stat %s: %w", show(rel), err)
 	}
-	hdr := &tar.Header{Name: rel, Mode: int64(st.Mode & 0o7777), Uid: w.id(st.Uid), Gid: w.id(st.Gid),
+	hdr := &tar.Header{Name: rel, Mode: int64(st.Mode & 0o7777), Uid: w.o.IDs.inside(st.Uid), Gid: w.o.IDs.inside(st.Gid),
 		ModTime: time.Unix(st.Mtim.Unix()).UTC(), Format: tar.FormatPAX}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
@@ -171,15 +175,26 @@ func (w *writer) directory(dirfd int, name string, hdr *tar.Header) error {
 	return nil
 }
 
-func (w *writer) file(dirfd int, name string, hdr *tar.Header, st *unix.Stat_t) error {
+func (w *writer) file(dirfd int, name string, hdr *tar.Header, st *unix.Stat_t) (err error) {
 	abs := "/" + hdr.Name
 	if st.Nlink > 1 {
 		key := [2]uint64{st.Dev, st.Ino}
 		if first, ok := w.links[key]; ok {
+			skip, err := skippedAt(w.o.Skip, dirfd, name, abs)
+			if err != nil {
+				return fmt.Errorf("open %s: %w", show(hdr.Name), err)
+			}
+			if skip {
+				return nil
+			}
 			hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
 			return w.write(hdr, nil)
 		}
-		defer func() { w.links[key] = hdr.Name }()
+		defer func() {
+			if err == nil && hdr.Typeflag == tar.TypeReg { // written, not skipped
+				w.links[key] = hdr.Name
+			}
+		}()
 	}
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -191,16 +206,8 @@ func (w *writer) file(dirfd int, name string, hdr *tar.Header, st *unix.Stat_t) 
 	if err := unix.Fstat(fd, &fst); err != nil || fst.Mode&unix.S_IFMT != unix.S_IFREG || fst.Ino != st.Ino {
 		return fmt.Errorf("%s changed while it was read (is the sandbox stopped?)", show(hdr.Name))
 	}
-	if tail, ok := w.o.Skip[abs]; ok {
-		if len(tail) == 0 {
-			return nil
-		}
-		if fst.Size >= int64(len(tail)) && fst.Size <= 64<<20 {
-			got := make([]byte, len(tail))
-			if _, err := f.ReadAt(got, fst.Size-int64(len(tail))); err == nil && bytes.Equal(got, tail) {
-				return nil
-			}
-		}
+	if skipped(w.o.Skip, abs, fd, fst.Size) {
+		return nil
 	}
 	hdr.Typeflag, hdr.Size = tar.TypeReg, fst.Size
 	if err := w.xattrs(fd, hdr, nil); err != nil {
@@ -251,38 +258,96 @@ func (w *writer) flush() error {
 // xattrs copies fd's user.* extended attributes into hdr (overlay's own
 // excepted) and reports the opaque mark.
 func (w *writer) xattrs(fd int, hdr *tar.Header, opaque *bool) error {
+	attrs, isOpaque, err := userXattrs(fd, hdr.Name)
+	if err != nil {
+		return err
+	}
+	if opaque != nil {
+		*opaque = isOpaque
+	}
+	for _, a := range attrs {
+		if hdr.PAXRecords == nil {
+			hdr.PAXRecords = map[string]string{}
+		}
+		hdr.PAXRecords["SCHILY.xattr."+a.name] = string(a.value)
+	}
+	return nil
+}
+
+type xattr struct {
+	name  string
+	value []byte
+}
+
+// userXattrs reads the user.* extended attributes of fd (rel names it in
+// errors), overlay's own excepted, and whether overlay marked it opaque.
+func userXattrs(fd int, rel string) (attrs []xattr, opaque bool, err error) {
 	names, err := listXattrs(fd)
 	if err != nil {
-		return fmt.Errorf("attributes of %s: %w", show(hdr.Name), err)
+		return nil, false, fmt.Errorf("attributes of %s: %w", show(rel), err)
 	}
 	for _, n := range names {
 		if !strings.HasPrefix(n, "user.") {
 			continue
 		}
 		v, err := getXattr(fd, n)
+		if errors.Is(err, unix.ENODATA) {
+			continue // removed since it was listed
+		}
 		if err != nil {
-			return fmt.Errorf("attribute %s of %s: %w", n, show(hdr.Name), err)
+			return nil, false, fmt.Errorf("attribute %s of %s: %w", n, show(rel), err)
 		}
 		if strings.HasPrefix(n, overlayXattr) {
-			if n == opaqueXattr && opaque != nil && string(v) == "y" {
-				*opaque = true
-			}
+			opaque = opaque || n == opaqueXattr && string(v) == "y"
 			continue
 		}
-		if hdr.PAXRecords == nil {
-			hdr.PAXRecords = map[string]string{}
-		}
-		hdr.PAXRecords["SCHILY.xattr."+n] = string(v)
+		attrs = append(attrs, xattr{n, v})
 	}
-	return nil
+	return attrs, opaque, nil
 }
 
-// id maps a host id to the id the sandbox sees.
-func (w *writer) id(host uint32) int {
-	if host < w.o.IDs.Base || host-w.o.IDs.Base >= w.o.IDs.Size {
+// inside maps a host id to the id the sandbox sees.
+func (m IDs) inside(host uint32) int {
+	if host < m.Base || host-m.Base >= m.Size {
 		return overflowID
 	}
-	return int(host - w.o.IDs.Base)
+	return int(host - m.Base)
+}
+
+// skippedAt is skipped for name in dirfd (at abs), opened only if skip
+// lists it.
+func skippedAt(skip map[string][]byte, dirfd int, name, abs string) (bool, error) {
+	if _, ok := skip[abs]; !ok {
+		return false, nil
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, err
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && skipped(skip, abs, fd, st.Size), nil
+}
+
+// skipped says whether the regular file open as fd, size bytes long, at
+// abs (its path in the sandbox) is one of berth's that skip leaves out.
+func skipped(skip map[string][]byte, abs string, fd int, size int64) bool {
+	tail, ok := skip[abs]
+	if !ok {
+		return false
+	}
+	if len(tail) == 0 {
+		return true
+	}
+	if size < int64(len(tail)) || size > 64<<20 {
+		return false
+	}
+	got := make([]byte, len(tail))
+	n, err := unix.Pread(fd, got, size-int64(len(tail)))
+	return err == nil && n == len(got) && bytes.Equal(got, tail)
 }
 
 func joinName(parent, name string) string {

@@ -141,3 +141,30 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+// A hard link to a file berth wrote is the sandbox's own file: the link is
+// written as the file, and berth's name for it left out, whichever comes
+// first.
+func TestWriteSkipsBerthsNameOfALink(t *testing.T) {
+	up := t.TempDir()
+	p := func(rel string) string { return filepath.Join(up, rel) }
+	for _, d := range []string{"a", "b", "etc"} {
+		must(t, os.MkdirAll(p(d), 0o755))
+	}
+	must(t, os.WriteFile(p("etc/hosts"), []byte("127.0.0.1 localhost\n"), 0o644))
+	must(t, os.Link(p("etc/hosts"), p("a/hosts"))) // before berth's name
+	must(t, os.Link(p("etc/hosts"), p("z")))       // after it
+	var buf bytes.Buffer
+	_, err := layerdiff.Write(&buf, up, layerdiff.Options{IDs: layerdiff.IDs{Base: 0, Size: 65536}, Skip: map[string][]byte{"/etc/hosts": nil, "/a/hosts": []byte("elsewhere\n")}})
+	must(t, err)
+	names, got := readTar(t, buf.Bytes())
+	if want := []string{"a/", "a/hosts", "b/", "z"}; !equal(names, want) {
+		t.Fatalf("entries\n got %q\nwant %q", names, want)
+	}
+	if f := got["a/hosts"]; f.typ != tar.TypeReg || f.data != "127.0.0.1 localhost\n" {
+		t.Errorf("a/hosts: %+v", f)
+	}
+	if l := got["z"]; l.typ != tar.TypeLink || l.link != "a/hosts" {
+		t.Errorf("z: %+v", l)
+	}
+}

@@ -3,8 +3,10 @@
 # sandboxes (a sandbox sees only the host's /usr, so a Python or procps
 # installed elsewhere, pyenv or /usr/local, does not count), and e2fsprogs,
 # whose mkfs.ext4 the daemon runs for sandboxes with a disk limit, and
-# iproute2, whose ip the network tests use to build their namespaces, and
-# tmux, the real terminal the test of berth shell types into.
+# iproute2, whose ip the network tests use to build their namespaces,
+# tmux, the real terminal the test of berth shell types into, and xfsprogs,
+# whose mkfs.xfs makes the file system on which layerdiff's test of a copy
+# checks reflinks.
 set -euo pipefail
 need=()
 /usr/bin/python3 -c 'import ctypes, socket, http.server' 2>/dev/null || need+=(python3)
@@ -17,6 +19,7 @@ command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need+=(e2fsprogs)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)  # and pip download from a test index
 [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)         # the network tests' own namespaces
 [ -x /usr/bin/tmux ] || need+=(tmux)                               # a real terminal for berth shell's test
+command -v mkfs.xfs >/dev/null || [ -x /sbin/mkfs.xfs ] || need+=(xfsprogs)  # an XFS with reflinks for layerdiff's copy test
 [ -x /usr/bin/bash ] || need+=(bash)                               # the shell berth shell starts
 [ -x /usr/bin/mmdebstrap ] || need+=(mmdebstrap)                   # builds the Debian image the image tests push
 [ -x /usr/bin/dpkg-deb ] || need+=(dpkg)                           # and the .deb they install inside it
