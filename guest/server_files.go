@@ -20,6 +20,7 @@ func routeFiles(route func(string, handler), fs *files.Service) {
 	route("PUT "+guestapi.PathFiles, f.upload)
 	route("GET "+guestapi.PathArchive, f.archive)
 	route("PUT "+guestapi.PathArchive, f.extract)
+	route("PUT "+guestapi.PathApply, f.apply)
 	route("POST "+guestapi.PathFS+"/{op}", f.op)
 	route("GET "+guestapi.PathWatch, f.watch)
 }
@@ -95,6 +96,14 @@ func (f fileServer) archive(w http.ResponseWriter, r *http.Request) error {
 
 func (f fileServer) extract(w http.ResponseWriter, r *http.Request) error {
 	res, err := f.fs.ExtractArchive(where(r), r.URL.Query().Get("path"), r.Body)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+func (f fileServer) apply(w http.ResponseWriter, r *http.Request) error {
+	res, err := f.fs.ApplyArchive(r.Context(), where(r), r.URL.Query().Get("path"), r.Body)
 	if err != nil {
 		return err
 	}

@@ -129,6 +129,26 @@ func (c *Client) Extract(ctx context.Context, w guestapi.Where, path string, bod
 	return res, nil
 }
 
+// Apply applies a layer tar (body, size bytes or -1 if unknown) onto a
+// directory of the sandbox, normally "/", with its whiteouts (see
+// guestapi.FeatureApply). A guest that does not announce FeatureApply
+// answers not_found.
+func (c *Client) Apply(ctx context.Context, w guestapi.Where, path string, body io.Reader, size int64) (guestapi.ApplyResult, error) {
+	var res guestapi.ApplyResult
+	resp, err := c.raw(ctx, http.MethodPut, guestapi.PathApply+fileQuery(w, path, nil), body, size)
+	if err != nil {
+		return res, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res); err != nil {
+		return res, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s: bad answer from guest", c.id)
+	}
+	if res.Entries < 0 || res.Whiteouts < 0 || res.Bytes < 0 {
+		return guestapi.ApplyResult{}, errdefs.New(errdefs.Unavailable, "sandbox %s: guest answered an apply with negative counts", c.id)
+	}
+	return res, nil
+}
+
 // WatchStream reads a watch's events.
 type WatchStream struct {
 	body io.ReadCloser

@@ -3,6 +3,7 @@ package guestclient
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -110,5 +111,29 @@ func TestSlowGuestRespectsContext(t *testing.T) {
 	}
 	if time.Since(start) > 2*time.Second {
 		t.Fatal("the daemon waited on a silent guest past its deadline")
+	}
+}
+
+func TestApply(t *testing.T) {
+	guest := func(answer string) *Client {
+		return hostile(t, func(w http.ResponseWriter, r *http.Request) {
+			q := r.URL.Query()
+			body, _ := io.ReadAll(r.Body)
+			if r.Method != http.MethodPut || r.URL.Path != guestapi.PathApply || q.Get("path") != "/" || q.Get("user") != "root" || string(body) != "TAR" {
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprintf(w, `{"class":"invalid_argument","message":"unexpected %s %s %q"}`, r.Method, r.URL, body)
+				return
+			}
+			fmt.Fprint(w, answer)
+		})
+	}
+	c := guest(`{"entries":3,"whiteouts":1,"bytes":10}`)
+	res, err := c.Apply(t.Context(), guestapi.Where{User: "root"}, "/", strings.NewReader("TAR"), 3)
+	if err != nil || res != (guestapi.ApplyResult{Entries: 3, Whiteouts: 1, Bytes: 10}) {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	c = guest(`{"entries":-1}`)
+	if _, err := c.Apply(t.Context(), guestapi.Where{User: "root"}, "/", strings.NewReader("TAR"), -1); !errdefs.IsUnavailable(err) {
+		t.Fatalf("a negative count was believed: %v", err)
 	}
 }

@@ -14,6 +14,12 @@ const (
 	// PUT ?path=&user= with a tar stream -> ArchiveResult (extracted beside,
 	// then moved into path: a bad stream leaves nothing behind).
 	PathArchive = "/guest/v1/archive"
+	// PUT ?path=&user= with a layer tar -> ApplyResult: the tar is applied
+	// onto the directory path (normally "/") as an image layer is (see
+	// FeatureApply). An apply has a route of its own so that a guest that
+	// predates it answers not_found instead of extracting the whiteouts as
+	// files.
+	PathApply = "/guest/v1/apply"
 	// POST {PathFS}/{op} with the op's request -> its result, for the ops below.
 	PathFS = "/guest/v1/fs"
 	// GET ?path=&recursive=&user= -> NDJSON WatchEvent stream.
@@ -302,6 +308,67 @@ type DownloadResult struct {
 type ArchiveResult struct {
 	Entries int   `json:"entries"`
 	Bytes   int64 `json:"bytes"`
+}
+
+// FeatureApply: the guest serves PathApply. It applies a layer tar in the
+// OCI image layer format (what layerdiff writes) onto a directory, which
+// must exist (not_found):
+//
+//   - Entry names are relative to the directory; a leading "/" is dropped,
+//     and a name that leads outside is refused. An entry for the directory
+//     itself (".") is skipped, as for PathArchive.
+//   - The stream must end with tar's end-of-archive marker: one cut short,
+//     even between two entries, is refused. Every refusal of the stream is
+//     invalid_argument naming the entry.
+//   - ".wh.NAME" removes NAME (a file, a symlink or a whole tree) from the
+//     directory at the destination; a missing NAME is fine. ".wh..wh..opq"
+//     in directory D removes everything D held at the destination. Both
+//     apply to what the destination held before: a tar may remove a path
+//     and put a new one there. Other ".wh..wh." names, and names below a
+//     ".wh." component, are refused.
+//   - Every other entry replaces what is at its path: a file over a file
+//     (renamed over it, so a reader sees the old file or the new one), a
+//     directory over a file or symlink, a file over a directory tree. A
+//     directory over a directory merges, and takes the entry's metadata
+//     once its contents are in. A directory the tar only implies (a parent
+//     with no entry of its own) merges into a directory and keeps its
+//     metadata; over anything else it is a conflict. Nothing at the
+//     destination is followed: a symlink there is replaced, not entered.
+//   - Hard links within the tar, symlinks (stored as given) and FIFOs are
+//     made; devices and sparse files are refused, as for PathArchive. A
+//     name given twice takes the later entry, but an earlier directory is
+//     not replaced by a later non-directory (refused).
+//   - Acting as root (the default), the owner (numeric ids; names are
+//     ignored), the mode with setuid, setgid and sticky, the mtime and the
+//     "user." extended attributes (on files and directories; overlayfs's
+//     own "user.overlay." ones are left out) are applied as the tar gives
+//     them: the guest is root of the sandbox's user namespace, so none
+//     gives more than root inside already has, and an id outside the
+//     sandbox's mapping is refused. Acting as another user, entries belong
+//     to that user and take mode and mtime only, as PathArchive's do.
+//   - /proc, /sys and /dev are the kernel's: an entry or whiteout below
+//     them, or a whiteout of one, is refused naming the path; a directory
+//     entry for one of them is skipped, and an opaque root leaves them.
+//   - Mount points inside the destination are not removed or replaced
+//     (conflict, naming the mount point); files are copied into a mounted
+//     directory (each written beside its path, then renamed over it).
+//
+// The whole stream is staged first, in a hidden directory at the
+// destination (same file system, so entries are renamed into place), and
+// every refusal above happens before anything at the destination changes:
+// a malformed, truncated or hostile stream leaves the destination as it
+// was. A failure after that (a full disk, a permission the acting user
+// lacks) stops the apply there and is reported; each file is then either
+// the old one or the new one.
+const FeatureApply = "apply"
+
+// ApplyResult says what an apply did: Entries written (files, directories,
+// links), Whiteouts applied (".wh." and opaque markers) and Bytes of file
+// content.
+type ApplyResult struct {
+	Entries   int   `json:"entries"`
+	Whiteouts int   `json:"whiteouts"`
+	Bytes     int64 `json:"bytes"`
 }
 
 // Watch event kinds.

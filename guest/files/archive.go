@@ -319,11 +319,17 @@ func (x *extraction) run(tr *tar.Reader) error {
 	res := x.res
 	for {
 		h, err := tr.Next()
+		if err == io.EOF && x.marked != nil && !x.marked.ended() {
+			return badArchive("truncated after %d entries: the stream ends without the end-of-archive marker", res.Entries)
+		}
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return errdefs.Wrap(errdefs.InvalidArgument, err, "archive: malformed or truncated after %d entries", res.Entries)
+		}
+		if x.marked != nil {
+			x.marked.entry(h)
 		}
 		if res.Entries++; res.Entries > maxArchiveEntries {
 			return badArchive("more than %d entries", maxArchiveEntries)
@@ -342,6 +348,15 @@ func (x *extraction) run(tr *tar.Reader) error {
 			}
 			return badArchive("entry %q: a non-directory at the top", truncateName(h.Name))
 		}
+		if x.ap != nil {
+			skip, err := x.ap.take(name, h)
+			if err != nil {
+				return err
+			}
+			if skip {
+				continue
+			}
+		}
 		dir, base, err := parentBeneath(x.stage, name)
 		if err != nil {
 			return entryError(h.Name, err)
@@ -350,6 +365,9 @@ func (x *extraction) run(tr *tar.Reader) error {
 		unix.Close(dir)
 		if err != nil {
 			return err
+		}
+		if h.Typeflag != tar.TypeXGlobalHeader {
+			x.written++
 		}
 	}
 }
@@ -370,7 +388,10 @@ type extraction struct {
 	stage    int
 	buf      []byte
 	res      *guestapi.ArchiveResult
+	written  int               // entries staged (global headers and whiteouts not counted)
 	dirModes map[string]uint32 // applied at the end: a 0555 directory must take its entries first
+	ap       *applier          // an apply's rules and metadata; nil for a plain extraction
+	marked   *endMarked        // the stream under tr, when its end-of-archive marker is required
 }
 
 func (x *extraction) applyDirModes(dest int) error {
@@ -403,10 +424,19 @@ func (x *extraction) entry(dir int, base, rel string, h *tar.Header, tr *tar.Rea
 			unix.Unlinkat(dir, base, 0)
 		}
 	}
+	if x.ap != nil {
+		if err := x.ap.notOverDir(dir, base, h); err != nil {
+			return err
+		}
+	}
 	switch h.Typeflag {
 	case tar.TypeDir:
+		replace()
 		if err := unix.Mkdirat(dir, base, 0o700); err != nil && err != unix.EEXIST {
 			return entryError(h.Name, err)
+		}
+		if x.ap != nil {
+			return x.ap.stagedDir(dir, base, rel, h)
 		}
 		x.dirModes[rel] = mode
 	case tar.TypeReg, tar.TypeRegA:
@@ -418,15 +448,21 @@ func (x *extraction) entry(dir int, base, rel string, h *tar.Header, tr *tar.Rea
 		f := os.NewFile(uintptr(fd), h.Name)
 		n, err := io.CopyBuffer(onlyWriter{f}, tr, buf)
 		res.Bytes += n
-		if err == nil {
-			err = unix.Fchmod(fd, mode)
-		}
-		if err == nil {
-			ts := []unix.Timespec{unix.NsecToTimespec(h.ModTime.UnixNano()), unix.NsecToTimespec(h.ModTime.UnixNano())}
-			unix.UtimesNanoAt(dir, base, ts, unix.AT_SYMLINK_NOFOLLOW)
+		switch {
+		case err != nil:
+		case x.ap != nil:
+			err = x.ap.staged(dir, base, h) // owner, mode, attributes, time
+		default:
+			if err = unix.Fchmod(fd, mode); err == nil {
+				ts := []unix.Timespec{unix.NsecToTimespec(h.ModTime.UnixNano()), unix.NsecToTimespec(h.ModTime.UnixNano())}
+				unix.UtimesNanoAt(dir, base, ts, unix.AT_SYMLINK_NOFOLLOW)
+			}
 		}
 		f.Close()
 		if err != nil {
+			if errdefs.ClassOf(err) != errdefs.Internal {
+				return err
+			}
 			var pe *os.PathError
 			if errors.As(err, &pe) {
 				return pathError("archive entry "+truncateName(h.Name), pe.Err)
@@ -441,6 +477,9 @@ func (x *extraction) entry(dir int, base, rel string, h *tar.Header, tr *tar.Rea
 		if err := unix.Symlinkat(h.Linkname, dir, base); err != nil {
 			return entryError(h.Name, err)
 		}
+		if x.ap != nil {
+			return x.ap.staged(dir, base, h)
+		}
 	case tar.TypeLink:
 		target, err := entryName(h.Linkname)
 		if err != nil || target == "." {
@@ -451,6 +490,9 @@ func (x *extraction) entry(dir int, base, rel string, h *tar.Header, tr *tar.Rea
 		replace()
 		if err := unix.Mknodat(dir, base, unix.S_IFIFO|mode, 0); err != nil {
 			return entryError(h.Name, err)
+		}
+		if x.ap != nil {
+			return x.ap.staged(dir, base, h)
 		}
 	case tar.TypeXGlobalHeader:
 	default:

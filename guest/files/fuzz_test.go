@@ -6,9 +6,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
 )
 
@@ -108,6 +110,79 @@ func FuzzExtract(f *testing.F) {
 		}
 		if b, _ := os.ReadFile(filepath.Join(dest, "existing")); err != nil && string(b) != "keep" {
 			t.Fatal("rejected stream changed an existing file")
+		}
+	})
+}
+
+// FuzzApply feeds arbitrary streams to ApplyArchive, acting as root: whatever
+// the stream, nothing outside the destination changes, no staging directory
+// is left, and a refused stream leaves the destination as it was.
+func FuzzApply(f *testing.F) {
+	seed := func(hs ...*tar.Header) []byte {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for _, h := range hs {
+			data := h.Linkname
+			if h.Typeflag == tar.TypeReg {
+				h.Linkname, h.Size = "", int64(len(data))
+			}
+			tw.WriteHeader(h)
+			if h.Typeflag == tar.TypeReg {
+				tw.Write([]byte(data))
+			}
+		}
+		tw.Close()
+		return buf.Bytes()
+	}
+	reg := func(n, c string) *tar.Header {
+		return &tar.Header{Typeflag: tar.TypeReg, Name: n, Linkname: c, Mode: 0o644}
+	}
+	dir := func(n string) *tar.Header { return &tar.Header{Typeflag: tar.TypeDir, Name: n + "/", Mode: 0o755} }
+	f.Add(seed(reg("a", "x"), reg(".wh.existing", "")))
+	f.Add(seed(dir("d"), reg("d/.wh..wh..opq", ""), reg("d/new", "n")))
+	f.Add(seed(reg(".wh.tree", ""), dir("tree"), reg("tree/f", "f")))
+	f.Add(seed(reg("tree", "file over a tree"), dir("existing"), reg("existing/x", "dir over a file")))
+	f.Add(seed(reg(".wh...", "")))
+	f.Add(seed(reg("../.wh.dst", "")))
+	f.Add(seed(reg(".wh..wh..opq", ""), reg("a/../../x", "x")))
+	f.Add(seed(&tar.Header{Typeflag: tar.TypeSymlink, Name: "l", Linkname: "/"}, reg("l/x", "x")))
+	f.Add(seed(&tar.Header{Typeflag: tar.TypeSymlink, Name: "tree", Linkname: ".."}, reg("tree/y", "through the old tree")))
+	f.Add(seed(reg("a", "x"), &tar.Header{Typeflag: tar.TypeLink, Name: "b", Linkname: "a"}, reg(".wh.b", "")))
+	f.Add(seed(reg(".wh.tree", ""), reg("a", strings.Repeat("y", 2000)))[:1200])
+	s, root := newService(f)
+	outsideDir := filepath.Dir(root)
+	dest := filepath.Join(root, "srv/dst")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		os.RemoveAll(filepath.Join(root, "srv"))
+		build(t, dest, "existing", "tree/a/b", "tree/c", "d/old", "link -> /etc")
+		beforeOutside, _ := os.ReadDir(outsideDir)
+		// The root's state without what is below the destination.
+		outside := func() string {
+			var keep []string
+			for _, l := range strings.Split(state(t, root), "\n") {
+				if !strings.HasPrefix(l, "/srv/dst/") {
+					keep = append(keep, l)
+				}
+			}
+			return strings.Join(keep, "\n")
+		}
+		beforeRoot, beforeDest := outside(), state(t, dest)
+		_, err := s.ApplyArchive(t.Context(), guestapi.Where{}, "/srv/dst", bytes.NewReader(data))
+		if afterOutside, _ := os.ReadDir(outsideDir); len(afterOutside) != len(beforeOutside) {
+			t.Fatalf("something appeared beside the root: %v", afterOutside)
+		}
+		afterRoot, afterDest := outside(), state(t, dest)
+		if afterRoot != beforeRoot {
+			t.Fatalf("apply changed something outside the destination:\n%s\nwas\n%s", afterRoot, beforeRoot)
+		}
+		if err != nil && afterDest != beforeDest {
+			t.Fatalf("a refused stream (%v) changed the destination:\n%s\nwas\n%s", err, afterDest, beforeDest)
+		}
+		if err != nil && errdefs.ClassOf(err) != errdefs.InvalidArgument && errdefs.ClassOf(err) != errdefs.Conflict {
+			t.Fatalf("refused with %v, want invalid_argument or conflict", err)
+		}
+		if ents, _ := os.ReadDir(dest); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), ".berth-") }) {
+			t.Fatalf("staging left behind: %v", ents)
 		}
 	})
 }
