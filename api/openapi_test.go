@@ -104,6 +104,16 @@ var schemaTypes = map[string]reflect.Type{
 	"DownloadResult":  reflect.TypeFor[DownloadResult](),
 	"ArchiveResult":   reflect.TypeFor[ArchiveResult](),
 	"WatchEvent":      reflect.TypeFor[WatchEvent](),
+	// The snapshots' types (snapshots.go).
+	"CreateSnapshotRequest": reflect.TypeFor[CreateSnapshotRequest](),
+	"Snapshot":              reflect.TypeFor[Snapshot](),
+	"ListSnapshotsResponse": reflect.TypeFor[ListSnapshotsResponse](),
+	"ForkRequest":           reflect.TypeFor[ForkRequest](),
+	"ForkResponse":          reflect.TypeFor[ForkResponse](),
+	"Change":                reflect.TypeFor[Change](),
+	"DiffResponse":          reflect.TypeFor[DiffResponse](),
+	"ApplyRequest":          reflect.TypeFor[ApplyRequest](),
+	"ApplyResult":           reflect.TypeFor[ApplyResult](),
 }
 
 // wantRoutes is every operation the API has, in Routes' order.
@@ -126,13 +136,16 @@ var wantRoutes = []Route{
 	{"GET", "/v1/sandboxes/{id}"},
 	{"PATCH", "/v1/sandboxes/{id}"},
 	{"POST", "/v1/sandboxes/{id}/access-token"},
+	{"POST", "/v1/sandboxes/{id}/apply"},
 	{"GET", "/v1/sandboxes/{id}/archive"},
 	{"PUT", "/v1/sandboxes/{id}/archive"},
+	{"GET", "/v1/sandboxes/{id}/diff"},
 	{"GET", "/v1/sandboxes/{id}/egress"},
 	{"GET", "/v1/sandboxes/{id}/events"},
 	{"POST", "/v1/sandboxes/{id}/exec"},
 	{"GET", "/v1/sandboxes/{id}/files"},
 	{"PUT", "/v1/sandboxes/{id}/files"},
+	{"POST", "/v1/sandboxes/{id}/fork"},
 	{"POST", "/v1/sandboxes/{id}/fs/chmod"},
 	{"POST", "/v1/sandboxes/{id}/fs/chown"},
 	{"POST", "/v1/sandboxes/{id}/fs/download"},
@@ -150,6 +163,7 @@ var wantRoutes = []Route{
 	{"GET", "/v1/sandboxes/{id}/fs/watch"},
 	{"POST", "/v1/sandboxes/{id}/fs/write"},
 	{"POST", "/v1/sandboxes/{id}/keepalive"},
+	{"POST", "/v1/sandboxes/{id}/pause"},
 	{"GET", "/v1/sandboxes/{id}/ports"},
 	{"GET", "/v1/sandboxes/{id}/ports/{port}/{path}"},
 	{"GET", "/v1/sandboxes/{id}/processes"},
@@ -162,6 +176,8 @@ var wantRoutes = []Route{
 	{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin"},
 	{"POST", "/v1/sandboxes/{id}/processes/{pid}/wait"},
 	{"GET", "/v1/sandboxes/{id}/pty"},
+	{"POST", "/v1/sandboxes/{id}/resume"},
+	{"POST", "/v1/sandboxes/{id}/snapshots"},
 	{"POST", "/v1/sandboxes/{id}/start"},
 	{"GET", "/v1/sandboxes/{id}/stats"},
 	{"POST", "/v1/sandboxes/{id}/stop"},
@@ -171,27 +187,34 @@ var wantRoutes = []Route{
 	{"DELETE", "/v1/secrets/{name}"},
 	{"GET", "/v1/secrets/{name}"},
 	{"PUT", "/v1/secrets/{name}"},
+	{"GET", "/v1/snapshots"},
+	{"DELETE", "/v1/snapshots/{name}"},
+	{"GET", "/v1/snapshots/{name}"},
 	{"GET", "/v1/templates"},
 	{"POST", "/v1/templates/build"},
 	{"GET", "/v1/version"},
 }
 
-// enumConsts ties an enum of the document to the const block of types.go
-// that holds the member named.
-var enumConsts = []struct{ schema, property, member string }{
-	{"Sandbox", "state", "StateCreating"},
-	{"ExecEvent", "type", "EventStart"},
-	{"SandboxEvent", "type", "SandboxCreated"},
-	{"FileInfo", "type", "TypeFile"},
-	{"WatchEvent", "type", "WatchCreate"},
-	{"Network", "mode", "NetworkNone"},
-	{"EgressRecord", "proto", "EgressDNS"},
-	{"PullEvent", "status", "PullResolved"},
-	{"BuildEvent", "type", "BuildStep"},
+// enumConsts ties an enum of the document to the const blocks of typeFiles
+// that hold the members named: the enum is their union.
+var enumConsts = []struct {
+	schema, property string
+	members          []string
+}{
+	{"Sandbox", "state", []string{"StateCreating", "StatePaused"}},
+	{"ExecEvent", "type", []string{"EventStart"}},
+	{"SandboxEvent", "type", []string{"SandboxCreated", "SandboxPaused"}},
+	{"FileInfo", "type", []string{"TypeFile"}},
+	{"WatchEvent", "type", []string{"WatchCreate"}},
+	{"Network", "mode", []string{"NetworkNone"}},
+	{"EgressRecord", "proto", []string{"EgressDNS"}},
+	{"PullEvent", "status", []string{"PullResolved"}},
+	{"BuildEvent", "type", []string{"BuildStep"}},
+	{"Change", "kind", []string{"ChangeAdded"}},
 }
 
 // typeFiles are the files that declare the API's wire types.
-var typeFiles = []string{"types.go", "files.go", "network.go", "ports.go", "terminals.go", "images.go", "templates.go"}
+var typeFiles = []string{"types.go", "files.go", "network.go", "ports.go", "terminals.go", "images.go", "templates.go", "snapshots.go"}
 
 // declaredStructs returns the exported struct types of typeFiles.
 func declaredStructs(t *testing.T) map[string]*ast.TypeSpec {
@@ -722,17 +745,17 @@ func TestEnumsMatchConstants(t *testing.T) {
 	}
 	for _, c := range enumConsts {
 		var want []string
-		for _, b := range blocks {
-			if _, ok := b[c.member]; ok {
-				want = values(b)
+		for _, m := range c.members {
+			i := slices.IndexFunc(blocks, func(b map[string]string) bool { _, ok := b[m]; return ok })
+			if i < 0 {
+				t.Errorf("%v declare no const %s", typeFiles, m)
+				continue
 			}
+			want = append(want, values(blocks[i])...)
 		}
-		if want == nil {
-			t.Errorf("types.go has no const %s", c.member)
-			continue
-		}
+		sort.Strings(want)
 		if got := enumOf(c.schema, c.property); !slices.Equal(got, want) {
-			t.Errorf("%s.%s: enum %v, the constants of %s's block are %v", c.schema, c.property, got, c.member, want)
+			t.Errorf("%s.%s: enum %v, the constants of the blocks of %v are %v", c.schema, c.property, got, c.members, want)
 		}
 	}
 
@@ -751,6 +774,23 @@ func TestEnumsMatchConstants(t *testing.T) {
 	}
 	if got := enumOf("Error", "class"); !slices.Equal(got, classes) {
 		t.Errorf("Error.class: enum %v, errdefs classes %v", got, classes)
+	}
+
+	var reasons []string
+	for _, b := range constBlocks(t, parseGo(t, "../errdefs/errdefs.go"), "Reason") {
+		reasons = append(reasons, values(b)...)
+	}
+	sort.Strings(reasons)
+	if len(reasons) == 0 {
+		t.Fatal("errdefs.go declares no reasons")
+	}
+	for _, r := range reasons {
+		if !errdefs.KnownReason(r) {
+			t.Errorf("errdefs reason %q is not KnownReason", r)
+		}
+	}
+	if got := enumOf("Error", "reason"); !slices.Equal(got, reasons) {
+		t.Errorf("Error.reason: enum %v, errdefs reasons %v", got, reasons)
 	}
 }
 

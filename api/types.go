@@ -251,6 +251,8 @@ type Error struct {
 	// Reason refines the class for file errors: is_directory, not_directory,
 	// invalid_path, not_regular_file, no_space.
 	Reason string `json:"reason,omitempty"`
+	// Paths are the paths the error is about (an apply's conflicts).
+	Paths []string `json:"paths,omitempty"`
 }
 
 // ErrorResponse wraps Error as the top-level body.
@@ -303,6 +305,14 @@ type RuntimeCapabilities struct {
 	// through each sandbox's own range of host ids; without it each range
 	// gets a copy of the image the first time it is used.
 	IDMappedLayers bool `json:"idmapped_layers"`
+	// Pause: a sandbox's processes can be frozen and thawed.
+	Pause bool `json:"pause"`
+	// Snapshot: a sandbox's files can be snapshotted, forked, diffed and
+	// applied.
+	Snapshot bool `json:"snapshot"`
+	// MemoryCheckpoint: a paused sandbox's processes can be saved with
+	// their memory (pause with memory).
+	MemoryCheckpoint bool `json:"memory_checkpoint"`
 	// Missing says why the runtime lacks a capability or limit here, by its
 	// name above (disk_bytes, grow_disk, idmapped_layers, …).
 	Missing map[string]string `json:"missing,omitempty"`

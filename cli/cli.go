@@ -51,6 +51,8 @@ func AddCommands(root *cobra.Command) {
 		networkCommand(connect), secretCommand(connect), egressCommand(connect),
 		portsCommand(connect), portForwardCommand(connect), shellCommand(connect), attachCommand(connect), accessTokenCommand(connect),
 		imageCommand(connect), poolCommand(connect), templateCommand(connect),
+		snapshotCommand(connect), forkCommand(connect), diffCommand(connect), applyCommand(connect),
+		pauseCommand(connect), resumeCommand(connect),
 	)
 }
 

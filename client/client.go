@@ -219,6 +219,9 @@ func fromAPIError(e api.Error) error {
 	if errdefs.KnownReason(e.Reason) {
 		err = errdefs.WithReason(err, errdefs.Reason(e.Reason))
 	}
+	if len(e.Paths) > 0 {
+		err = errdefs.WithPaths(err, e.Paths)
+	}
 	return err
 }
 

@@ -171,6 +171,9 @@ const (
 	// PortClosed explains an unavailable port: nothing listens on it in
 	// the sandbox (yet), so a caller may wait and try again.
 	PortClosed Reason = "port_closed"
+	// MergeConflict explains a refused apply: both sides changed the
+	// paths the error carries (PathsOf).
+	MergeConflict Reason = "merge_conflict"
 )
 
 type reasoned struct {
@@ -200,8 +203,33 @@ func ReasonOf(err error) Reason {
 // KnownReason reports whether s names a reason (checked before believing a peer).
 func KnownReason(s string) bool {
 	switch Reason(s) {
-	case IsDirectory, NotDirectory, InvalidPath, NotRegularFile, NoSpace, NoMatch, NotUnique, PortClosed:
+	case IsDirectory, NotDirectory, InvalidPath, NotRegularFile, NoSpace, NoMatch, NotUnique, PortClosed, MergeConflict:
 		return true
 	}
 	return false
+}
+
+type withPaths struct {
+	error
+	paths []string
+}
+
+func (e *withPaths) Unwrap() error { return e.error }
+
+// WithPaths attaches the paths an error is about (a merge's conflicts); they
+// travel as the "paths" field of API errors.
+func WithPaths(err error, paths []string) error {
+	if err == nil {
+		return nil
+	}
+	return &withPaths{error: err, paths: paths}
+}
+
+// PathsOf returns the paths attached to err, or nil.
+func PathsOf(err error) []string {
+	var p *withPaths
+	if errors.As(err, &p) {
+		return p.paths
+	}
+	return nil
 }

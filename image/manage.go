@@ -353,6 +353,13 @@ func (s *Store) removeUnreferenced(ctx context.Context, res *api.PruneResult) er
 	if err != nil {
 		return err
 	}
+	snaps, err := s.db.SnapshotLayers(ctx)
+	if err != nil {
+		return err
+	}
+	for l := range snaps {
+		used[l] = true
+	}
 	for _, r := range recs {
 		for _, l := range r.Layers {
 			used[l] = true

@@ -83,7 +83,14 @@ func send(p Progress, ev api.PullEvent) {
 func (s *Store) layersDir() string           { return filepath.Join(s.dir, "oci", "layers") }
 func (s *Store) layerDir(diff string) string { return filepath.Join(s.layersDir(), hexOf(diff)) }
 
-func hexOf(digest string) string { return strings.TrimPrefix(digest, "sha256:") }
+// hexOf is a layer's directory name: a pulled or built layer's digest
+// without "sha256:", a snapshot layer's name with "-" for ":".
+func hexOf(digest string) string {
+	if h, ok := strings.CutPrefix(digest, "sha256:"); ok {
+		return h
+	}
+	return strings.ReplaceAll(digest, ":", "-")
+}
 
 // openOCI prepares the layer store: the directories, and no leftovers of a
 // pull that did not finish (.tmp-* directories, layer directories whose
@@ -103,8 +110,12 @@ func (s *Store) openOCI(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
+	dirs := make(map[string]bool, len(known))
+	for d := range known {
+		dirs[hexOf(d)] = true
+	}
 	for _, e := range ents {
-		if _, ok := known["sha256:"+e.Name()]; ok {
+		if dirs[e.Name()] {
 			continue
 		}
 		s.log.Info("removing an unfinished layer", "dir", e.Name())

@@ -14,6 +14,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Spec is a sandbox as the manager resolved it: everything a runtime needs
@@ -186,6 +187,13 @@ type Capabilities struct {
 	GrowDisk bool
 	// Stats: the runtime implements StatsProvider.
 	Stats bool
+	// Pause: the runtime implements Pauser.
+	Pause bool
+	// Snapshot: the runtime implements Capturer.
+	Snapshot bool
+	// MemoryCheckpoint: the runtime can save and restore a sandbox's
+	// processes with their memory.
+	MemoryCheckpoint bool
 	// IDMappedLayers: the runtime mounts layers through a sandbox's user
 	// mapping (RootFS.IDMapped), so sandboxes with different ranges share
 	// one copy of each layer.
@@ -239,6 +247,45 @@ type Differ interface {
 	// as users, to w as an OCI layer tar (see package layerdiff), leaving
 	// out what skip names.
 	Diff(ctx context.Context, id string, users IDMap, skip map[string][]byte, w io.Writer) (entries int, err error)
+}
+
+// Pauser is a runtime that can freeze every process of a running
+// sandbox (no CPU; memory, files and connections stay) and thaw them.
+type Pauser interface {
+	// Pause freezes the sandbox's processes and returns once all are frozen.
+	Pause(ctx context.Context, id string) error
+	// Resume thaws them. Resuming what runs is not an error.
+	Resume(ctx context.Context, id string) error
+}
+
+// Capture is what a Capturer copied.
+type Capture struct {
+	// Entries and Bytes are what the layer holds.
+	Entries int
+	Bytes   int64
+	// Frozen is how long the sandbox's processes were frozen (0 for a
+	// sandbox that was not running).
+	Frozen time.Duration
+	// Reflinked says file contents were shared with the writable layer
+	// (reflinks), not copied.
+	Reflinked bool
+}
+
+// Capturer is a runtime that can copy what a sandbox changed into an image
+// layer, consistently while it runs: the files are as they were at one
+// instant (what a power cut then would have left).
+type Capturer interface {
+	// Capture copies the writable layer of sandbox id (running, paused or
+	// stopped), whose ids map as users, into empty directory dst as an image
+	// layer: ids as the sandbox sees them, overlay's whiteouts and opaque
+	// marks kept, what skip names left out (see layerdiff). A running
+	// sandbox is frozen only for a last pass over what changed during a
+	// first, unfrozen one.
+	Capture(ctx context.Context, id string, users IDMap, skip map[string][]byte, dst string) (Capture, error)
+	// WritableLayer is the directory of sandbox id's writable layer in
+	// overlay's format, for reading (a diff) while it runs. Its contents
+	// are the sandbox's: hostile.
+	WritableLayer(id string) (string, error)
 }
 
 // Updater is a runtime that can change a running sandbox's limits.

@@ -31,9 +31,17 @@ func (m *Manager) Commit(ctx context.Context, tenant, id string, w io.Writer) (e
 	if !ok {
 		return 0, t.lacks("diff", "read what a sandbox changed")
 	}
+	return d.Diff(ctx, id, m.cfg.IDMap.Range(rec.IDRange), m.berthFiles(ctx, id), w)
+}
+
+// berthFiles names the files berth wrote into sandbox id's writable layer,
+// which a commit, snapshot or diff leaves out: its hostname, hosts and
+// resolver files, and its trust files while they still end with its own
+// CA (the PEM trustFiles wrote).
+func (m *Manager) berthFiles(ctx context.Context, id string) map[string][]byte {
 	skip := map[string][]byte{"/etc/hostname": nil, "/etc/hosts": nil, resolvConf: nil}
-	if cert, _, err := m.store.GetCA(ctx, id); err == nil { // the PEM trustFiles wrote
+	if cert, _, err := m.store.GetCA(ctx, id); err == nil {
 		skip[trustBundle], skip[caFile] = cert, cert
 	}
-	return d.Diff(ctx, id, m.cfg.IDMap.Range(rec.IDRange), skip, w)
+	return skip
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/guestclient"
+	"github.com/berthsh/berth/image"
 )
 
 // Exec runs a process and waits for its result. The output it holds until
@@ -209,10 +210,18 @@ func (m *Manager) imageCommand(ctx context.Context, tenant, id string, req api.E
 	if err != nil {
 		return req, err
 	}
-	if rec.ImageID == "" {
+	imageID := rec.ImageID
+	if isSnapshotID(imageID) { // the snapshot's base image's command
+		sn, err := m.store.GetSnapshot(ctx, imageID)
+		if err != nil {
+			return req, err
+		}
+		imageID = sn.Base
+	}
+	if imageID == "" || imageID == image.Host {
 		return req, errdefs.New(errdefs.InvalidArgument, "cmd, shell: give one of them (sandbox %s's image %s has no default command)", id, rec.Image)
 	}
-	img, err := m.images.Ensure(ctx, rec.ImageID)
+	img, err := m.images.Ensure(ctx, imageID)
 	if err != nil {
 		return req, err
 	}

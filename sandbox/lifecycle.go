@@ -75,8 +75,8 @@ func (m *Manager) stopLocked(ctx context.Context, tenant, id, reason string) err
 	if err != nil {
 		return err
 	}
-	if rec.State != api.StateRunning {
-		return errdefs.New(errdefs.Conflict, "sandbox %s is %s; only a running sandbox can be stopped", id, rec.State)
+	if rec.State != api.StateRunning && rec.State != api.StatePaused {
+		return errdefs.New(errdefs.Conflict, "sandbox %s is %s; only a running or paused sandbox can be stopped", id, rec.State)
 	}
 	st, err := m.stopper(rec)
 	if err != nil {
@@ -360,6 +360,9 @@ func (m *Manager) GetOrCreate(ctx context.Context, tenant string, req api.Create
 			return sb, false, err
 		case api.StateStopped:
 			sb, err := m.StartSandbox(ctx, tenant, rec.ID)
+			return sb, false, err
+		case api.StatePaused:
+			sb, err := m.Resume(ctx, tenant, rec.ID)
 			return sb, false, err
 		case api.StateStarting, api.StateStopping, api.StateCreating:
 			return api.Sandbox{}, false, errdefs.New(errdefs.Conflict, "sandbox %s with these labels is %s; try again", rec.ID, rec.State)

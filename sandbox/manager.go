@@ -214,6 +214,15 @@ func (m *Manager) Start(ctx context.Context) error {
 			} else {
 				m.log.Info("re-attached", "sandbox", rec.ID)
 			}
+		case api.StatePaused:
+			// Its guest is frozen: the connection waits for resume. Only
+			// whether its init lives is checked now.
+			if t, err := m.tier(rec.Runtime); err != nil {
+				m.log.Warn("paused sandbox's runtime is unavailable", "sandbox", rec.ID, "err", err)
+			} else if _, err := t.rt.Attach(ctx, rec.ID, rec.RuntimeState); err != nil {
+				m.log.Warn("paused sandbox's init is gone; marking it stopped", "sandbox", rec.ID, "err", err)
+				m.settleStopped(ctx, rec, "its init was gone when the daemon started (host restart or crash): start it again")
+			}
 		case api.StateStopping, api.StateStarting:
 			m.settleStopped(ctx, rec, "a "+rec.State+" was cut off by a daemon restart")
 		case api.StateCreating, api.StateDeleting, statePooled:
@@ -391,14 +400,23 @@ func (m *Manager) Close() {
 
 // Create makes a sandbox and waits until its guest answers.
 func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandboxRequest) (api.Sandbox, error) {
-	req, imageID, err := m.normalize(ctx, req)
+	req, imageID, err := m.normalize(ctx, tenant, req)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	if err := m.normalizeRequestNetwork(ctx, tenant, &req); err != nil {
 		return api.Sandbox{}, err
 	}
-	var sb api.Sandbox
+	return m.create(ctx, tenant, req, imageID)
+}
+
+// create makes a sandbox of normalized request req, pinned to imageID:
+// from the warm pool when it has one, else booted.
+func (m *Manager) create(ctx context.Context, tenant string, req api.CreateSandboxRequest, imageID string) (api.Sandbox, error) {
+	var (
+		sb  api.Sandbox
+		err error
+	)
 	if id, ok := m.takePooled(req, imageID); ok {
 		if sb, err = m.claim(ctx, tenant, id, req, imageID); err != nil {
 			m.log.Warn("warm pool hand-over failed; booting a new sandbox", "sandbox", id, "err", err)
@@ -588,7 +606,7 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 		return err
 	}
 	switch rec.State {
-	case api.StateRunning, api.StateStopped, api.StateError:
+	case api.StateRunning, api.StatePaused, api.StateStopped, api.StateError:
 	default:
 		return errdefs.New(errdefs.Conflict, "sandbox %s is %s; delete it once that has finished", id, rec.State)
 	}
@@ -609,6 +627,7 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	}
 	m.ranges.release(id)
 	m.egress.forget(id)
+	m.releaseSnapshot(ctx, rec.ImageID)
 	m.emit(id, api.SandboxDeleted)
 	return nil
 }
@@ -662,6 +681,8 @@ func notRunning(rec store.Status) error {
 	switch rec.State {
 	case api.StateStopped:
 		return errdefs.New(errdefs.Conflict, "sandbox %s is stopped%s: start it first (POST /v1/sandboxes/%s/start, berth start %s)", rec.ID, why, rec.ID, rec.ID)
+	case api.StatePaused:
+		return errdefs.New(errdefs.Conflict, "sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, berth resume %s)", rec.ID, rec.ID, rec.ID)
 	default:
 		return errdefs.New(errdefs.Conflict, "sandbox %s is %s%s, not running", rec.ID, rec.State, why)
 	}

@@ -64,7 +64,7 @@ func (m *Manager) SetPool(ctx context.Context, img string, size int) (api.Pool, 
 		return api.Pool{}, errdefs.New(errdefs.InvalidArgument, "size: %d is outside 0..%d", size, maxPool)
 	}
 	if size > 0 {
-		if _, _, err := m.normalize(ctx, api.CreateSandboxRequest{Image: img}); err != nil {
+		if _, _, err := m.normalize(ctx, "", api.CreateSandboxRequest{Image: img}); err != nil {
 			return api.Pool{}, err
 		}
 		if _, err := m.tiers[m.cfg.DefaultRuntime].updater(); err != nil {
@@ -174,7 +174,7 @@ func (m *Manager) poolShort(p *pool) bool {
 
 // fillOne boots one pooled sandbox of p's image with the daemon's defaults.
 func (m *Manager) fillOne(ctx context.Context, p *pool) error {
-	req, imageID, err := m.normalize(ctx, api.CreateSandboxRequest{Image: p.image, Runtime: p.rt})
+	req, imageID, err := m.normalize(ctx, "", api.CreateSandboxRequest{Image: p.image, Runtime: p.rt})
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,8 @@ func (m *Manager) RuntimeInfo() []api.Runtime {
 					DiskBytes: c.Host.DiskBytes, OpenFiles: c.Host.OpenFiles},
 				NetworkModes: modes,
 				StopStart:    c.StopStart, UpdateLimits: c.UpdateLimits, GrowDisk: c.GrowDisk, Stats: c.Stats,
-				IDMappedLayers: c.IDMappedLayers, Missing: missing,
+				IDMappedLayers: c.IDMappedLayers, Pause: c.Pause, Snapshot: c.Snapshot,
+				MemoryCheckpoint: c.MemoryCheckpoint, Missing: missing,
 			}})
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.cfg.Unavailable)) {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/image"
@@ -34,7 +35,7 @@ func (m *Manager) resolve(ctx context.Context, id string, idRange uint32, req ap
 	if t.caps.IDMappedLayers {
 		layers = image.Unmapped
 	}
-	img, err := m.images.Resolve(ctx, imageRef, layers)
+	img, err := m.resolveImage(ctx, imageRef, layers)
 	if err != nil {
 		return runtime.Spec{}, err
 	}
@@ -61,4 +62,26 @@ func imageRef(rec store.Sandbox) string {
 		return rec.ImageID
 	}
 	return rec.Image
+}
+
+// resolveImage prepares a stored image, the host image or a snapshot (its
+// layers over its base) for a sandbox whose layers map as ids.
+func (m *Manager) resolveImage(ctx context.Context, ref string, ids runtime.IDMap) (image.Resolved, error) {
+	if !isSnapshotID(ref) {
+		return m.images.Resolve(ctx, ref, ids)
+	}
+	si, err := m.snapshotImages()
+	if err != nil {
+		return image.Resolved{}, err
+	}
+	sn, err := m.store.GetSnapshot(ctx, ref)
+	if err != nil {
+		return image.Resolved{}, err
+	}
+	res, err := si.ResolveOver(ctx, sn.Base, sn.Layers, ids)
+	if err != nil {
+		return image.Resolved{}, fmt.Errorf("snapshot %s: %w", sn.ID, err)
+	}
+	res.Root.Image = api.SnapshotPrefix + sn.ID
+	return res, nil
 }

@@ -44,16 +44,24 @@ var (
 )
 
 // normalize validates a create request and fills its defaults, the
-// image's among them (env, workdir, user): it finds the stored image,
+// image's (or snapshot's) among them (env, workdir, user): it finds the stored image,
 // pulling it if need be, and returns its id ("" for the host image), which
 // pins the sandbox to those files.
-func (m *Manager) normalize(ctx context.Context, req api.CreateSandboxRequest) (api.CreateSandboxRequest, string, error) {
+func (m *Manager) normalize(ctx context.Context, tenant string, req api.CreateSandboxRequest) (api.CreateSandboxRequest, string, error) {
 	if req.Image == "" {
 		req.Image = m.cfg.DefaultImage
 	}
 	req, err := m.normalizeRequest(req)
 	if err != nil {
 		return req, "", err
+	}
+	if strings.HasPrefix(req.Image, api.SnapshotPrefix) {
+		sn, err := m.snapshot(ctx, tenant, req.Image)
+		if err != nil {
+			return req, "", err
+		}
+		req, err = m.snapshotDefaults(sn, req)
+		return req, sn.ID, err
 	}
 	if req.Image == image.Host {
 		if req.Workdir == "" {

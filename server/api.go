@@ -24,6 +24,7 @@ type Manager interface {
 	Network
 	Ports
 	Terminals
+	Snapshots
 }
 
 // Sandboxes is the lifecycle half of the manager.
@@ -124,6 +125,7 @@ func (a *apiGroup) Routes(r *Router) {
 	a.routeNetwork(r)
 	a.routePorts(r)
 	a.routeTerminals(r)
+	a.routeSnapshots(r)
 }
 
 // metricsRoute serves the Prometheus text exposition format.

@@ -72,9 +72,7 @@ func writeExecResult(w http.ResponseWriter, res api.ExecResult) error {
 // writeError writes err as berth's error body with its class's status;
 // internals stay in the log.
 func writeError(w http.ResponseWriter, err error) {
-	class := errdefs.ClassOf(err)
-	writeJSON(w, errdefs.HTTPStatus(class), api.ErrorResponse{Error: api.Error{
-		Class: string(class), Message: errdefs.Message(err), Reason: string(errdefs.ReasonOf(err))}})
+	writeJSON(w, errdefs.HTTPStatus(errdefs.ClassOf(err)), api.ErrorResponse{Error: *apiError(err)})
 }
 
 // Error answers r with err as berth's error body, for a group that serves
@@ -82,12 +80,10 @@ func writeError(w http.ResponseWriter, err error) {
 // status when status is 0. The access log notes err.
 func Error(w http.ResponseWriter, r *http.Request, status int, err error) {
 	info(r).err = err
-	class := errdefs.ClassOf(err)
 	if status == 0 {
-		status = errdefs.HTTPStatus(class)
+		status = errdefs.HTTPStatus(errdefs.ClassOf(err))
 	}
-	writeJSON(w, status, api.ErrorResponse{Error: api.Error{
-		Class: string(class), Message: errdefs.Message(err), Reason: string(errdefs.ReasonOf(err))}})
+	writeJSON(w, status, api.ErrorResponse{Error: *apiError(err)})
 }
 
 // decode reads a JSON body of at most limit bytes strictly: unknown fields

@@ -258,6 +258,7 @@ func apiError(err error) *api.Error {
 	if r := errdefs.ReasonOf(err); r != "" {
 		e.Reason = string(r)
 	}
+	e.Paths = errdefs.PathsOf(err)
 	return e
 }
 

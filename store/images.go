@@ -159,31 +159,17 @@ func (s *Store) Untag(ctx context.Context, name string) error {
 	return nil
 }
 
-// DeleteImage removes image id and its names, unless a sandbox is made of
-// it: conflict naming them. The check and the delete are one
-// transaction, so no sandbox row can come to use the image in between.
+// DeleteImage removes image id and its names, unless a sandbox or a
+// snapshot is made of it: conflict naming them. The check and the delete
+// are one transaction, so nothing can come to use the image in between.
 func (s *Store) DeleteImage(ctx context.Context, id string) error {
 	return inTx(ctx, s.w, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM sandboxes WHERE image_id = ? ORDER BY id LIMIT 11`, id)
+		users, err := usersOf(ctx, tx, id)
 		if err != nil {
-			return fmt.Errorf("delete image %s: %w", id, err)
+			return err
 		}
-		var users []string
-		for rows.Next() {
-			var sid string
-			if err := rows.Scan(&sid); err != nil {
-				rows.Close()
-				return fmt.Errorf("delete image %s: %w", id, err)
-			}
-			users = append(users, sid)
-		}
-		rows.Close()
 		if len(users) > 0 {
-			more := ""
-			if len(users) > 10 {
-				users, more = users[:10], ", …"
-			}
-			return errdefs.New(errdefs.Conflict, "image %s is in use by sandboxes %s%s: delete them first", id, strings.Join(users, ", "), more)
+			return errdefs.New(errdefs.Conflict, "image %s is in use by %s: delete them first", id, listOf(users))
 		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM images WHERE id = ?`, id)
 		if err != nil {
@@ -305,7 +291,8 @@ func (s *Store) ClearBuildCache(ctx context.Context) (int, error) {
 func (s *Store) DeleteIntermediate(ctx context.Context, id string) (bool, error) {
 	res, err := s.w.ExecContext(ctx, `DELETE FROM images WHERE id = ?
 		AND NOT EXISTS (SELECT 1 FROM image_names WHERE image_id = ?)
-		AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE image_id = ?)`, id, id, id)
+		AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE image_id = ?)
+		AND NOT EXISTS (SELECT 1 FROM snapshots WHERE base = ?)`, id, id, id, id)
 	if err != nil {
 		return false, fmt.Errorf("delete image %s: %w", id, err)
 	}

@@ -94,6 +94,23 @@ func migrations() []string {
 			layer TEXT NOT NULL,
 			created_at INTEGER NOT NULL
 		);`,
+		`CREATE TABLE snapshots (
+			id TEXT PRIMARY KEY,
+			tenant TEXT NOT NULL,
+			name TEXT NOT NULL,
+			sandbox_id TEXT NOT NULL,
+			base TEXT NOT NULL,
+			image TEXT NOT NULL,
+			parent TEXT NOT NULL,
+			layers BLOB NOT NULL,
+			size INTEGER NOT NULL,
+			config BLOB NOT NULL,
+			labels BLOB NOT NULL,
+			frozen_ns INTEGER NOT NULL,
+			created_at INTEGER NOT NULL
+		);
+		CREATE UNIQUE INDEX snapshots_name ON snapshots(tenant, name) WHERE name != '';
+		CREATE INDEX snapshots_base ON snapshots(base);`,
 	}
 }
 

@@ -70,6 +70,9 @@ type Sandboxes interface {
 	Commit(ctx context.Context, tenant, id string, w io.Writer) (int, error)
 	Delete(ctx context.Context, tenant, id string) error
 	List(ctx context.Context, tenant string, sel labels.Selector) ([]api.Sandbox, error)
+	// SnapshotImage is a snapshot ("snapshot:NAME") as an image config
+	// naming stored layers, and a key for its content.
+	SnapshotImage(ctx context.Context, tenant, ref string) (v1.ConfigFile, string, error)
 }
 
 // Builder builds templates.
@@ -286,6 +289,15 @@ func (r *run) fromImage(in instruction) error {
 		return nil
 	case image.Host:
 		return in.errorf("the host image is a view of this host's directories, not an image to build on: start FROM an OCI image or scratch")
+	}
+	if strings.HasPrefix(ref, api.SnapshotPrefix) {
+		cf, key, err := r.b.sandboxes.SnapshotImage(r.ctx, r.tenant, ref)
+		if err != nil {
+			return err
+		}
+		r.cf = cf
+		r.key = digest("from", key)
+		return nil
 	}
 	img, err := r.b.images.Ensure(r.ctx, ref)
 	if err != nil {

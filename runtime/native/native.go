@@ -153,6 +153,13 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	}
 	r := &Runtime{cfg: cfg, opts: opts, log: cfg.Log, cgroups: cg, closing: closing}
 	r.caps = capabilities(cfg.StateDir)
+	if why := cg.CanFreeze(); why != "" {
+		r.caps.Missing["pause"] = why
+	} else {
+		r.caps.Pause = true
+	}
+	r.caps.Snapshot = true
+	r.caps.Missing["memory_checkpoint"] = "the native runtime cannot save processes with their memory (the gvisor runtime can)"
 	if opts.NoIDMappedLayers {
 		r.caps.Missing["idmapped_layers"] = "turned off (serve --no-idmapped-layers): image layers are copied once per sandbox's id range"
 	} else if why := probeIDMappedLayers(guestBin, filepath.Join(cfg.StateDir, "probe")); why != "" {

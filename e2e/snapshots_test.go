@@ -1,0 +1,604 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/client"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/internal/testregistry"
+)
+
+func mustExec(t *testing.T, c *client.Client, id, shell string) string {
+	t.Helper()
+	r, err := c.Exec(t.Context(), id, api.ExecRequest{Shell: shell, User: "root"})
+	if err != nil {
+		t.Fatalf("exec %q: %v", shell, err)
+	}
+	if r.ExitCode != 0 {
+		t.Fatalf("exec %q: exit %d: %s%s", shell, r.ExitCode, r.Stdout, r.Stderr)
+	}
+	return string(r.Stdout)
+}
+
+// snapshotLayers lists the snapshot layers in the image store.
+func (d *daemon) snapshotLayers() []string {
+	dirs, _ := filepath.Glob(filepath.Join(d.state, "images", "oci", "layers", "snapshot-*"))
+	return dirs
+}
+
+// TestSnapshotWhileWriting takes snapshots of a sandbox whose process
+// rewrites a 1 MiB file in a loop (each version written beside and renamed
+// over, as careful programs do): every snapshot holds one complete version,
+// the process was frozen for the capture's last pass only, and it runs on.
+func TestSnapshotWhileWriting(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	c := d.client
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := `i=0; while :; do i=$((i+1)); head -c 1048576 /dev/zero | tr '\0' "$(printf \\$(printf %o $((65 + i % 26))))" > /home/user/f.tmp; mv /home/user/f.tmp /home/user/f; echo $i > /home/user/n; done`
+	p, err := c.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: writer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		r, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "test -f /home/user/f"})
+		return err == nil && r.ExitCode == 0
+	})
+	var longest float64
+	for i := range 4 {
+		name := "writing-" + string(rune('a'+i))
+		sn, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sn.FrozenMs <= 0 || sn.SizeBytes < 1<<20 {
+			t.Fatalf("snapshot %+v: want a freeze and at least the 1 MiB file", sn)
+		}
+		longest = max(longest, sn.FrozenMs)
+		cp, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: api.SnapshotPrefix + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := mustExec(t, c, cp.ID, `f=/home/user/f; s=$(stat -c %s $f); u=$(tr -d "$(head -c 1 $f)" < $f | wc -c); echo $s $u`)
+		if out != "1048576 0\n" {
+			t.Fatalf("snapshot %s: the file is not one complete version (size, bytes unlike the first): %q", name, out)
+		}
+		if err := c.DeleteSandbox(ctx, cp.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.DeleteSnapshot(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("longest freeze: %.2f ms", longest)
+	proc, err := c.GetProcess(ctx, sb.ID, p.Pid)
+	if err != nil || !proc.Running {
+		t.Fatalf("the writer after the snapshots: %+v %v", proc, err)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if l := d.snapshotLayers(); len(l) > 0 {
+		t.Fatalf("snapshot layers left: %v", l)
+	}
+}
+
+// TestSnapshotOutlivesItsSandbox: snapshot, delete the source, create from
+// the snapshot (files, env, user, workdir kept), the rules of delete, and
+// no layer, mount or row left at the end.
+func TestSnapshotOutlivesItsSandbox(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	c := d.client
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Env: map[string]string{"STAGE": "one"}, Workdir: "/srv", User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, sb.ID, "mkdir -p /srv/app && echo v1 > /srv/app/main.py && rm /etc/debian_version && chmod 700 /srv/app")
+	sn, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{Name: "prepared", Labels: map[string]string{"task": "t1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn.Name != "prepared" || sn.Sandbox != sb.ID || sn.Image != "host" || sn.Labels["task"] != "t1" || sn.SizeBytes == 0 {
+		t.Fatalf("snapshot: %+v", sn)
+	}
+	if _, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{Name: "prepared"}); !errdefs.IsAlreadyExists(err) {
+		t.Fatalf("a second snapshot of the same name: %v", err)
+	}
+	for _, bad := range []string{"", "../x", "a b", strings.Repeat("x", 200)} {
+		if _, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{Name: bad}); !errdefs.IsInvalidArgument(err) {
+			t.Fatalf("snapshot name %q: %v", bad, err)
+		}
+	}
+	if _, err := c.CreateSnapshot(ctx, "sb-nosuchsandbox", api.CreateSnapshotRequest{Name: "x"}); !errdefs.IsNotFound(err) {
+		t.Fatalf("snapshot of a missing sandbox: %v", err)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.ListSnapshots(ctx, "task=t1")
+	if err != nil || len(list) != 1 || list[0].Name != "prepared" {
+		t.Fatalf("list by label: %+v %v", list, err)
+	}
+	cp, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "snapshot:prepared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := mustExec(t, c, cp.ID, `echo $STAGE $(pwd) $(id -u) $(cat app/main.py) $(stat -c %a app); test -e /etc/debian_version || echo gone`)
+	if out != "one /srv 0 v1 700\ngone\n" {
+		t.Fatalf("a sandbox from the snapshot sees %q", out)
+	}
+	if err := c.DeleteSnapshot(ctx, "prepared"); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), cp.ID) {
+		t.Fatalf("delete of a snapshot in use: %v", err)
+	}
+	got, err := c.GetSnapshot(ctx, "snapshot:prepared")
+	if err != nil || !slices.Equal(got.InUse, []string{cp.ID}) {
+		t.Fatalf("inspect: %+v %v", got, err)
+	}
+	// A snapshot of a sandbox made from a snapshot stacks on it.
+	mustExec(t, c, cp.ID, "echo v2 > /srv/app/main.py")
+	child, err := c.CreateSnapshot(ctx, cp.ID, api.CreateSnapshotRequest{Name: "child"})
+	if err != nil || child.Parent != sn.ID {
+		t.Fatalf("child snapshot: %+v %v", child, err)
+	}
+	if err := c.DeleteSandbox(ctx, cp.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSnapshot(ctx, "prepared"); err != nil {
+		t.Fatal(err)
+	}
+	gc, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "snapshot:child"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := mustExec(t, c, gc.ID, "cat /srv/app/main.py; stat -c %a /srv/app"); out != "v2\n700\n" {
+		t.Fatalf("from the child snapshot after its parent was deleted: %q", out)
+	}
+	if err := c.DeleteSandbox(ctx, gc.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSnapshot(ctx, "child"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetSnapshot(ctx, "child"); !errdefs.IsNotFound(err) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if l := d.snapshotLayers(); len(l) > 0 {
+		t.Fatalf("snapshot layers left: %v", l)
+	}
+	for _, id := range []string{sb.ID, cp.ID, gc.ID} {
+		if tr := d.traces(id); len(tr) > 0 {
+			t.Fatalf("%s left %v", id, tr)
+		}
+	}
+}
+
+// TestFork copies a sandbox with files and a running process: the copies
+// have the files and none of the processes, their own labels, and are
+// independent of the source and of each other; the source runs on.
+func TestFork(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	c := d.client
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Labels: map[string]string{"thread_id": "t-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fresh sandbox forks from its image: no layer.
+	fresh, err := c.Fork(ctx, sb.ID, api.ForkRequest{})
+	if err != nil || len(fresh.Sandboxes) != 1 || fresh.Snapshot != "" {
+		t.Fatalf("fork of a fresh sandbox: %+v %v", fresh, err)
+	}
+	mustExec(t, c, sb.ID, "mkdir -p /home/user/work && seq 1 1000 > /home/user/work/data && echo state > /home/user/state")
+	p, err := c.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "while :; do date +%s%N > /home/user/clock; sleep 0.01; done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		r, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "test -s /home/user/clock"})
+		return err == nil && r.ExitCode == 0
+	})
+	want := mustExec(t, c, sb.ID, "md5sum < /home/user/work/data; cat /home/user/state") + "clock\n"
+	res, err := c.Fork(ctx, sb.ID, api.ForkRequest{Count: 3, Labels: []map[string]string{{"try": "1"}, {"try": "2"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Sandboxes) != 3 || res.Snapshot == "" || res.FrozenMs <= 0 {
+		t.Fatalf("fork: %+v", res)
+	}
+	for i, cp := range res.Sandboxes {
+		if cp.Labels["berth.fork_of"] != sb.ID || cp.Labels["thread_id"] != "" {
+			t.Fatalf("copy %d labels: %v", i, cp.Labels)
+		}
+		if i < 2 && cp.Labels["try"] != string(rune('1'+i)) {
+			t.Fatalf("copy %d labels: %v", i, cp.Labels)
+		}
+		if out := mustExec(t, c, cp.ID, "md5sum < /home/user/work/data; cat /home/user/state; test -s /home/user/clock && echo clock"); out != want {
+			t.Fatalf("copy %d sees %q", i, out)
+		}
+		procs, err := c.ListProcesses(ctx, cp.ID)
+		if err != nil || len(procs) != 0 {
+			t.Fatalf("copy %d processes: %+v %v", i, procs, err)
+		}
+		mustExec(t, c, cp.ID, "echo copy > /home/user/state")
+	}
+	if out := mustExec(t, c, sb.ID, "cat /home/user/state"); out != "state\n" {
+		t.Fatalf("the source after its copies wrote: %q", out)
+	}
+	if proc, err := c.GetProcess(ctx, sb.ID, p.Pid); err != nil || !proc.Running {
+		t.Fatalf("the source's process after the fork: %+v %v", proc, err)
+	}
+	// The shared layer goes with the last copy.
+	for _, cp := range append(res.Sandboxes, fresh.Sandboxes...) {
+		if err := c.DeleteSandbox(ctx, cp.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l := d.snapshotLayers(); len(l) > 0 {
+		t.Fatalf("snapshot layers after the copies went: %v", l)
+	}
+	if _, err := c.Fork(ctx, sb.ID, api.ForkRequest{Count: 100}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("fork of 100: %v", err)
+	}
+	if _, err := c.StopSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A stopped sandbox forks too (its files are still).
+	stopped, err := c.Fork(ctx, sb.ID, api.ForkRequest{})
+	if err != nil || stopped.FrozenMs != 0 {
+		t.Fatalf("fork of a stopped sandbox: %+v %v", stopped, err)
+	}
+	if out := mustExec(t, c, stopped.Sandboxes[0].ID, "cat /home/user/state"); out != "state\n" {
+		t.Fatalf("copy of a stopped sandbox: %q", out)
+	}
+}
+
+// TestDiff lists writes, edits, deletes, renames, chmods and a directory
+// replaced, as JSON, as a tar with whiteouts and as a text diff, and
+// against a snapshot.
+func TestDiff(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	c := d.client
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, sb.ID, `echo new > /root/added && sed -i 's/^root:/ROOT:/' /etc/group && rm /etc/debian_version &&
+		mv /etc/issue /etc/issue.moved && chmod 600 /etc/profile &&
+		rm -rf /etc/skel && mkdir /etc/skel && echo only > /etc/skel/only`)
+	res, err := c.Diff(ctx, sb.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, ch := range res.Changes {
+		got[ch.Path] = ch.Kind
+	}
+	want := map[string]string{
+		"/root/added": "added", "/etc/group": "modified", "/etc/debian_version": "deleted",
+		"/etc/issue": "deleted", "/etc/issue.moved": "added", "/etc/profile": "modified",
+		"/etc/skel/only": "added", "/etc/skel/.bashrc": "deleted",
+	}
+	for p, k := range want {
+		if got[p] != k {
+			t.Errorf("%s: %q, want %q (all: %v)", p, got[p], k, got)
+		}
+	}
+	for _, p := range []string{"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"} {
+		if _, ok := got[p]; ok {
+			t.Errorf("berth's own file %s is listed as a change", p)
+		}
+	}
+	rc, err := c.DiffStream(ctx, sb.ID, "", api.DiffTar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[h.Name] = true
+	}
+	rc.Close()
+	for _, n := range []string{"root/added", "etc/.wh.debian_version", "etc/issue.moved", "etc/.wh.issue"} {
+		if !names[n] {
+			t.Errorf("tar lacks %s (has %v)", n, names)
+		}
+	}
+	rc, err = c.DiffStream(ctx, sb.ID, "", api.DiffPatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, _ := io.ReadAll(rc)
+	rc.Close()
+	for _, s := range []string{"--- a/etc/group", "+++ b/etc/group", "-root:x:0:", "+ROOT:x:0:", "+++ b/root/added", "+new"} {
+		if !bytes.Contains(patch, []byte(s)) {
+			t.Errorf("patch lacks %q:\n%s", s, patch)
+		}
+	}
+	// Against a snapshot: only what changed since.
+	if _, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{Name: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, sb.ID, "echo later >> /root/added && touch /root/later")
+	res, err = c.Diff(ctx, sb.ID, "before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, ch := range res.Changes {
+		paths = append(paths, ch.Kind+" "+ch.Path)
+	}
+	if !slices.Equal(paths, []string{"modified /root/added", "added /root/later"}) || res.Against != "snapshot:before" {
+		t.Fatalf("diff against the snapshot: %v (against %s)", paths, res.Against)
+	}
+	if _, err := c.Diff(ctx, sb.ID, "nosuch"); !errdefs.IsNotFound(err) {
+		t.Fatalf("against a missing snapshot: %v", err)
+	}
+	if _, err := c.DiffStream(ctx, sb.ID, "", "zip"); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("format zip: %v", err)
+	}
+}
+
+// TestApply: three forks try, the winner's changes go back onto the
+// source; a path both changed is a conflict unless overwrite.
+func TestApply(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	c := d.client
+	src, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, src.ID, "mkdir -p /work && echo base > /work/shared && echo keep > /work/keep && echo gone > /work/gone")
+	forks, err := c.Fork(ctx, src.ID, api.ForkRequest{Count: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, cp := range forks.Sandboxes {
+		mustExec(t, c, cp.ID, "echo try"+string(rune('0'+i))+" > /work/result")
+	}
+	win := forks.Sandboxes[1].ID
+	mustExec(t, c, win, "rm /work/gone && mkdir -p /work/new/dir && echo deep > /work/new/dir/f && chmod 640 /work/keep")
+	res, err := c.Apply(ctx, src.ID, api.ApplyRequest{From: win})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Conflicts) != 0 || len(res.Changes) == 0 {
+		t.Fatalf("apply: %+v", res)
+	}
+	if out := mustExec(t, c, src.ID, "cat /work/result /work/new/dir/f; stat -c %a /work/keep; test -e /work/gone || echo gone-is-gone"); out != "try1\ndeep\n640\ngone-is-gone\n" {
+		t.Fatalf("the source after apply: %q", out)
+	}
+	// Another fork's change to the same file now conflicts.
+	other := forks.Sandboxes[2].ID
+	_, err = c.Apply(ctx, src.ID, api.ApplyRequest{From: other})
+	if !errdefs.IsConflict(err) || !slices.Contains(errdefs.PathsOf(err), "/work/result") || errdefs.ReasonOf(err) != errdefs.MergeConflict {
+		t.Fatalf("conflicting apply: %v (paths %v)", err, errdefs.PathsOf(err))
+	}
+	if out := mustExec(t, c, src.ID, "cat /work/result"); out != "try1\n" {
+		t.Fatalf("a refused apply changed the file: %q", out)
+	}
+	res, err = c.Apply(ctx, src.ID, api.ApplyRequest{From: other, Overwrite: true})
+	if err != nil || !slices.Contains(res.Conflicts, "/work/result") {
+		t.Fatalf("apply with overwrite: %+v %v", res, err)
+	}
+	if out := mustExec(t, c, src.ID, "cat /work/result"); out != "try2\n" {
+		t.Fatalf("after overwrite: %q", out)
+	}
+	// From a snapshot: its changes over its parent's.
+	if _, err := c.CreateSnapshot(ctx, forks.Sandboxes[0].ID, api.CreateSnapshotRequest{Name: "try0"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Apply(ctx, src.ID, api.ApplyRequest{From: "snapshot:try0", Overwrite: true}); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustExec(t, c, src.ID, "cat /work/result"); out != "try0\n" {
+		t.Fatalf("after apply of a snapshot: %q", out)
+	}
+	for _, bad := range []api.ApplyRequest{{}, {From: src.ID}} {
+		if _, err := c.Apply(ctx, src.ID, bad); !errdefs.IsInvalidArgument(err) {
+			t.Fatalf("apply %+v: %v", bad, err)
+		}
+	}
+	if _, err := c.Apply(ctx, src.ID, api.ApplyRequest{From: "sb-nosuchsandbox"}); !errdefs.IsNotFound(err) {
+		t.Fatalf("apply from a missing sandbox: %v", err)
+	}
+}
+
+// TestPauseResume pauses a sandbox while an exec runs: the exec waits,
+// calls answer conflict, the paused sandbox survives a daemon restart,
+// and after resume the exec finishes and the process counts on.
+func TestPauseResume(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	c := d.client
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "i=0; while :; do i=$((i+1)); echo $i > /home/user/count; sleep 0.02; done"}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg   sync.WaitGroup
+		res  api.ExecResult
+		xerr error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res, xerr = c.Exec(context.WithoutCancel(ctx), sb.ID, api.ExecRequest{Shell: "sleep 0.5; echo done"})
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if got, err := c.Pause(ctx, sb.ID); err != nil || got.State != api.StatePaused {
+		t.Fatalf("pause: %+v %v", got, err)
+	}
+	upper := filepath.Join(d.state, "runtimes", "native", "sandboxes", sb.ID, "upper", "home", "user", "count")
+	before, _ := os.ReadFile(upper)
+	time.Sleep(300 * time.Millisecond)
+	if after, _ := os.ReadFile(upper); !bytes.Equal(before, after) {
+		t.Fatalf("the counter ran while paused: %q → %q", before, after)
+	}
+	if _, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "true"}); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "paused") {
+		t.Fatalf("exec while paused: %v", err)
+	}
+	if got, err := c.Pause(ctx, sb.ID); err != nil || got.State != api.StatePaused {
+		t.Fatalf("a second pause: %+v %v", got, err)
+	}
+	d.kill9()
+	d.start()
+	if got, err := c.GetSandbox(ctx, sb.ID); err != nil || got.State != api.StatePaused {
+		t.Fatalf("after a restart: %+v %v", got, err)
+	}
+	if after, _ := os.ReadFile(upper); !bytes.Equal(before, after) {
+		t.Fatalf("the counter ran across the restart: %q → %q", before, after)
+	}
+	if got, err := c.Resume(ctx, sb.ID); err != nil || got.State != api.StateRunning {
+		t.Fatalf("resume: %+v %v", got, err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		after, _ := os.ReadFile(upper)
+		return !bytes.Equal(before, after)
+	})
+	wg.Wait()
+	// The exec's connection went with the killed daemon; a new one works.
+	_ = res
+	_ = xerr
+	if out := mustExec(t, c, sb.ID, "echo alive"); out != "alive\n" {
+		t.Fatalf("exec after resume: %q", out)
+	}
+	if _, err := c.Resume(ctx, sb.ID); err != nil {
+		t.Fatalf("resume of a running sandbox: %v", err)
+	}
+	if _, err := c.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatalf("delete of a paused sandbox: %v", err)
+	}
+	if tr := d.traces(sb.ID); len(tr) > 0 {
+		t.Fatalf("traces: %v", tr)
+	}
+}
+
+// TestPauseWhileExec: an exec that runs across a pause finishes after
+// resume, with its whole output.
+func TestPauseWhileExec(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	c := d.client
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan api.ExecResult, 1)
+	errs := make(chan error, 1)
+	go func() {
+		r, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "echo start; sleep 0.3; echo end"})
+		done <- r
+		errs <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := c.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	select {
+	case r := <-done:
+		t.Fatalf("the exec ended while paused: %+v %v", r, <-errs)
+	default:
+	}
+	if _, err := c.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if err := <-errs; err != nil || string(r.Stdout) != "start\nend\n" || r.ExitCode != 0 {
+		t.Fatalf("exec across a pause: %+v %v", r, err)
+	}
+	if r.DurationMs < 700 {
+		t.Fatalf("exec across a pause took %d ms; it was paused 700", r.DurationMs)
+	}
+}
+
+// TestSnapshotAsImage uses a snapshot of a sandbox made from an OCI image
+// where images go: a warm pool's source and a template's FROM.
+func TestSnapshotAsImage(t *testing.T) {
+	reg := testregistry.Start(t)
+	reg.Push(t, "debian:bookworm", debianImage(t))
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	c := d.client
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: reg.Ref("debian:bookworm"), Env: map[string]string{"PREPARED": "yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, sb.ID, "mkdir -p /opt/prep && echo ready > /opt/prep/state && rm /etc/debian_version")
+	if _, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{Name: "prepared"}); err != nil {
+		t.Fatal(err)
+	}
+	// A warm pool of the snapshot hands its sandboxes over.
+	if _, err := c.SetPool(ctx, "snapshot:prepared", 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		pools, err := c.Pools(ctx)
+		return err == nil && slices.ContainsFunc(pools, func(p api.Pool) bool { return p.Image == "snapshot:prepared" && p.Ready == 1 })
+	})
+	pooled, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "snapshot:prepared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := mustExec(t, c, pooled.ID, "cat /opt/prep/state; echo $PREPARED; test -e /etc/debian_version || echo gone"); out != "ready\nyes\ngone\n" {
+		t.Fatalf("a pooled sandbox of the snapshot sees %q", out)
+	}
+	if _, err := c.SetPool(ctx, "snapshot:prepared", 0); err != nil {
+		t.Fatal(err)
+	}
+	// A template builds on it.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM snapshot:prepared\nRUN cat /opt/prep/state > /opt/prep/copied && echo $PREPARED >> /opt/prep/copied\n"), 0o644)
+	if _, err := c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "from-snapshot"}, contextTar(t, dir), nil); err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "from-snapshot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := mustExec(t, c, tpl.ID, "cat /opt/prep/copied; test -e /etc/debian_version || echo gone"); out != "ready\nyes\ngone\n" {
+		t.Fatalf("a sandbox of the template sees %q", out)
+	}
+	// The host image is no image to build on.
+	host, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSnapshot(ctx, host.ID, api.CreateSnapshotRequest{Name: "of-host"}); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM snapshot:of-host\n"), 0o644)
+	if _, err := c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "bad"}, contextTar(t, dir), nil); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "host image") {
+		t.Fatalf("a template FROM a host snapshot: %v", err)
+	}
+}
