@@ -152,7 +152,8 @@ func TestReplaceBetween(t *testing.T) {
 
 func TestConfigCheck(t *testing.T) {
 	good := config{berth: os.Args[0], rounds: 1, execRounds: 1, density: 1, window: time.Second, smallFiles: 1,
-		netRounds: 1, netRequests: 1, netDensity: 1, portsRounds: 1, portsRequests: 1, portsIdle: 1, pullRounds: 1, imageBytes: 1 << 20}
+		netRounds: 1, netRequests: 1, netDensity: 1, portsRounds: 1, portsRequests: 1, portsIdle: 1, pullRounds: 1, imageBytes: 1 << 20,
+		snapRounds: 1, snapFiles: 10, snapBytes: 1 << 20, diffFiles: 1}
 	if err := good.check(); err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +169,7 @@ func TestConfigCheck(t *testing.T) {
 		"net load": func(c *config) { c.netRounds, c.netRequests = 1000, 1000 },
 		"pulls":    func(c *config) { c.pullRounds = 0 },
 		"image":    func(c *config) { c.imageBytes = 2 << 30 },
+		"snaps":    func(c *config) { c.snapFiles = 1 },
 	} {
 		c := good
 		mut(&c)
@@ -199,7 +201,7 @@ func TestMeasureSmoke(t *testing.T) {
 	cfg := config{berth: testutil.Berth(t), work: work, rounds: 2, execRounds: 3, density: 3, bursts: []int{3},
 		clients: []int{1, 4}, window: 200 * time.Millisecond, smallFiles: 20, peers: true,
 		net: true, netRounds: 2, netRequests: 3, netDensity: 2, portsRounds: 2, portsRequests: 3, portsIdle: 5,
-		pullRounds: 2, imageBytes: 4 << 20}
+		pullRounds: 2, imageBytes: 4 << 20, snapRounds: 2, snapFiles: 20, snapBytes: 2 << 20, diffFiles: 50}
 	netnsBefore, _ := os.ReadDir("/run/netns")
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -222,7 +224,7 @@ func TestMeasureSmoke(t *testing.T) {
 			t.Errorf("%s / %s: implausible summary %+v", m.Name, m.Subject, m.Summary)
 		}
 	}
-	for _, g := range []string{"start", "exec", "files", "density", "network", "ports", "images"} {
+	for _, g := range []string{"start", "exec", "files", "density", "network", "ports", "images", "snapshots"} {
 		if !groups[g] {
 			t.Errorf("no %s rows", g)
 		}

@@ -50,11 +50,15 @@ func main() {
 	flag.IntVar(&cfg.netRequests, "net-requests", 50, "requests in each batch")
 	flag.IntVar(&cfg.netDensity, "net-density", 100, "idle sandboxes per network mode for the network's memory")
 	flag.IntVar(&cfg.portsRounds, "ports-rounds", 20, "rounds of a batch of round trips on each port path")
+	flag.IntVar(&cfg.snapRounds, "snap-rounds", 20, "rounds of snapshot, fork and diff samples")
+	flag.IntVar(&cfg.snapFiles, "snap-files", 1000, "files the snapshotted sandbox writes")
+	flag.Int64Var(&cfg.snapBytes, "snap-bytes", 100<<20, "bytes the snapshotted sandbox writes, over its files")
+	flag.IntVar(&cfg.diffFiles, "diff-files", 10000, "files the diffed sandbox writes")
 	flag.IntVar(&cfg.portsRequests, "ports-requests", 100, "round trips in each batch")
 	flag.IntVar(&cfg.portsIdle, "ports-idle", 1000, "idle WebSockets held open for the daemon's memory")
 	flag.IntVar(&cfg.pullRounds, "pull-rounds", 10, "first pulls of the image from the bench's registry")
 	flag.Int64Var(&cfg.imageBytes, "image", 100<<20, "random bytes in the pulled image, split over its 4 data layers")
-	only := flag.String("only", "", "run only these steps, comma-separated: starts, exec, roundtrips, throughput, bursts, files, density, network, ports, images (a partial run; do not give -readme)")
+	only := flag.String("only", "", "run only these steps, comma-separated: starts, exec, roundtrips, throughput, bursts, files, density, network, ports, images, snapshots (a partial run; do not give -readme)")
 	out := flag.String("out", "bench/results", "directory for latest.md and latest.json")
 	readme := flag.String("readme", "", "a file whose section between <!-- bench:start --> and <!-- bench:end --> gets the table")
 	flag.Parse()
@@ -136,9 +140,13 @@ func (c config) check() error {
 		return errors.New("-pull-rounds must be between 1 and 100")
 	case c.imageBytes < imageLayers || c.imageBytes > 1<<30:
 		return errors.New("-image must be between 4 bytes and 1 GiB")
+	case c.snapRounds < 1 || c.snapRounds > 1000 || c.snapFiles < 10 || c.snapFiles > 100_000 || c.diffFiles < 1 || c.diffFiles > 100_000:
+		return errors.New("-snap-rounds (1..1000), -snap-files (10..100000) and -diff-files (1..100000) are out of range")
+	case c.snapBytes < int64(c.snapFiles) || c.snapBytes > 4<<30:
+		return errors.New("-snap-bytes must be between -snap-files and 4 GiB")
 	}
 	for _, k := range c.only {
-		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "files", "density", "network", "ports", "images"}, k) {
+		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "files", "density", "network", "ports", "images", "snapshots"}, k) {
 			return fmt.Errorf("-only: %q is not a step", k)
 		}
 	}

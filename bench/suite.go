@@ -43,6 +43,10 @@ type config struct {
 	portsIdle     int           // idle WebSockets held for the daemon's memory
 	pullRounds    int           // first pulls of the image
 	imageBytes    int64         // random bytes in the pulled image, over its data layers
+	snapRounds    int           // rounds of snapshot, fork and diff samples
+	snapFiles     int           // files the changed sandbox wrote (of snapBytes/snapFiles bytes each)
+	snapBytes     int64         // bytes it wrote
+	diffFiles     int           // files the diffed sandbox changed
 	only          []string      // the steps to run (by key; empty: all)
 }
 
@@ -114,6 +118,7 @@ func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error
 		}},
 		{"ports", "ports", func(ctx context.Context, _ []subject) error { return s.ports(ctx) }},
 		{"images", "images", func(ctx context.Context, _ []subject) error { return s.images(ctx) }},
+		{"snapshots", "snapshots, forks and diffs", func(ctx context.Context, _ []subject) error { return s.snapshots(ctx) }},
 	}
 	for _, step := range steps {
 		if len(cfg.only) > 0 && !slices.Contains(cfg.only, step.key) {
