@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +19,8 @@ import (
 	"github.com/berthsh/berth/client"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/internal/testregistry"
+	"github.com/berthsh/berth/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 func mustExec(t *testing.T, c *client.Client, id, shell string) string {
@@ -600,5 +604,72 @@ func TestSnapshotAsImage(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM snapshot:of-host\n"), 0o644)
 	if _, err := c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "bad"}, contextTar(t, dir), nil); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "host image") {
 		t.Fatalf("a template FROM a host snapshot: %v", err)
+	}
+}
+
+// TestSnapshotOnAFullDisk: a snapshot that runs out of space on the state
+// directory's disk fails with resource_exhausted and leaves no snapshot,
+// no layer and no temporary directory, and the source as it was.
+func TestSnapshotOnAFullDisk(t *testing.T) {
+	base := testutil.StateDir(t)
+	img, state := filepath.Join(base, "disk.img"), filepath.Join(base, "state")
+	if err := os.Mkdir(state, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(160 << 20)
+	f.Close()
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, state).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v: %s", err, out)
+	}
+	t.Cleanup(func() { // after the daemon's clean-up (cleanups run last first)
+		if out, err := exec.Command("umount", state).CombinedOutput(); err != nil {
+			t.Errorf("umount: %v: %s", err, out)
+		}
+	})
+	os.Chmod(state, 0o711)
+	d := startDaemon(t, state)
+	ctx := t.Context()
+	c := d.client
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(state, &st); err != nil {
+		t.Fatal(err)
+	}
+	// Fill a little over half of what is left: the copy cannot fit.
+	size := int64(st.Bavail) * st.Bsize * 6 / 10
+	sum := mustExec(t, c, sb.ID, fmt.Sprintf("head -c %d /dev/urandom > /home/user/big && md5sum < /home/user/big", size))
+	_, err = c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{Name: "full"})
+	if !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("a snapshot on a full disk: %v", err)
+	}
+	if _, err := c.GetSnapshot(ctx, "full"); !errdefs.IsNotFound(err) {
+		t.Fatalf("the failed snapshot is there: %v", err)
+	}
+	if _, err := c.Fork(ctx, sb.ID, api.ForkRequest{}); !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("a fork on a full disk: %v", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(state, "images", "oci", "layers", "*"))
+	if len(left) > 0 {
+		t.Fatalf("left in the layer store: %v", left)
+	}
+	if out := mustExec(t, c, sb.ID, "md5sum < /home/user/big"); out != sum {
+		t.Fatalf("the source's file after the failed snapshot: %q, want %q", out, sum)
+	}
+	if got, err := c.GetSandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning {
+		t.Fatalf("the source after the failed snapshot: %+v %v", got, err)
+	}
+	list, err := c.ListSandboxes(ctx, nil)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("sandboxes after the failed fork: %+v %v", list, err)
 	}
 }

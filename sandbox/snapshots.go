@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -133,6 +135,9 @@ func (m *Manager) capture(ctx context.Context, rec store.Sandbox, name string, l
 		capt, err = c.Capture(ctx, rec.ID, users, skip, dir)
 		return capt.Bytes, capt.Entries == 0, err
 	})
+	if errors.Is(err, syscall.ENOSPC) {
+		return sn, false, errdefs.Wrap(errdefs.ResourceExhausted, err, "snapshot of %s: the state directory's disk is full; nothing was kept", rec.ID)
+	}
 	if err != nil {
 		return sn, false, err
 	}
