@@ -122,7 +122,14 @@ type ApplyRequest struct {
 
 // ApplyResult says what an apply changed.
 type ApplyResult struct {
+	// Changes are the changes applied (absent for a tar: it is applied as
+	// it comes).
 	Changes []Change `json:"changes"`
 	// Conflicts are the paths both sides changed (applied with overwrite).
 	Conflicts []string `json:"conflicts,omitempty"`
+	// Entries were written (files, directories, links), Whiteouts applied
+	// (deletions), Bytes of file content written.
+	Entries   int   `json:"entries"`
+	Whiteouts int   `json:"whiteouts"`
+	Bytes     int64 `json:"bytes"`
 }

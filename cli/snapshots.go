@@ -197,20 +197,37 @@ func diffCommand(connect connector) *cobra.Command {
 
 func applyCommand(connect connector) *cobra.Command {
 	var (
-		from      string
-		overwrite bool
+		from, tarFile string
+		overwrite     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "apply ID --from OTHER",
-		Short: "Apply what another sandbox (or snapshot:NAME) changed onto a sandbox; refuses conflicts unless --overwrite",
+		Use:   "apply ID --from OTHER | --tar FILE|-",
+		Short: "Apply what another sandbox (or snapshot:NAME) changed onto a sandbox, refusing conflicts unless --overwrite; or a tar from diff --format tar",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if from == "" {
-				return errors.New("--from: required (a sandbox id or snapshot:NAME)")
+			if (from == "") == (tarFile == "") {
+				return errors.New("give one of --from (a sandbox id or snapshot:NAME) and --tar (a file, - for stdin)")
 			}
 			c, err := connect()
 			if err != nil {
 				return err
+			}
+			if tarFile != "" {
+				var r io.Reader = cmd.InOrStdin()
+				if tarFile != "-" {
+					f, err := os.Open(tarFile)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					r = f
+				}
+				res, err := c.ApplyTar(cmd.Context(), args[0], r)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%d entries, %d deletions, %s\n", res.Entries, res.Whiteouts, humanBytes(res.Bytes))
+				return nil
 			}
 			res, err := c.Apply(cmd.Context(), args[0], api.ApplyRequest{From: from, Overwrite: overwrite})
 			if paths := errdefs.PathsOf(err); len(paths) > 0 {
@@ -230,6 +247,7 @@ func applyCommand(connect connector) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&from, "from", "", "the sandbox id or snapshot:NAME whose changes to apply")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "apply changes to paths this sandbox also changed (theirs win)")
+	cmd.Flags().StringVar(&tarFile, "tar", "", "a layer tar to apply as it is (berth diff --format tar), - for stdin")
 	return cmd
 }
 

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -76,6 +78,21 @@ func (c *Client) Apply(ctx context.Context, id string, req api.ApplyRequest) (ap
 	var res api.ApplyResult
 	err := c.do(ctx, http.MethodPost, sbPath(id, "apply"), nil, req, &res)
 	return res, err
+}
+
+// ApplyTar applies a layer tar (DiffStream's api.DiffTar) onto a running
+// sandbox as it comes, whiteouts included.
+func (c *Client) ApplyTar(ctx context.Context, id string, tarStream io.Reader) (api.ApplyResult, error) {
+	var res api.ApplyResult
+	resp, err := c.requestRaw(ctx, http.MethodPost, sbPath(id, "apply"), nil, tarStream, http.Header{"Content-Type": {"application/x-tar"}})
+	if err != nil {
+		return res, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		return res, fmt.Errorf("decode apply: %w", err)
+	}
+	return res, nil
 }
 
 // Pause freezes a running sandbox's processes.

@@ -673,3 +673,70 @@ func TestSnapshotOnAFullDisk(t *testing.T) {
 		t.Fatalf("sandboxes after the failed fork: %+v %v", list, err)
 	}
 }
+
+// TestApplyTar carries changes as a tar: diff's tar of one sandbox applied
+// onto another as it comes, and tars with paths outside the root (or into
+// /proc) refused with nothing changed.
+func TestApplyTar(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	c := d.client
+	a, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, a.ID, "mkdir -p /opt/tool && echo run > /opt/tool/run.sh && chmod 750 /opt/tool/run.sh && rm /etc/debian_version")
+	rc, err := c.DiffStream(ctx, a.ID, "", api.DiffTar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.ApplyTar(ctx, b.ID, bytes.NewReader(changes))
+	if err != nil || res.Entries == 0 || res.Whiteouts != 1 {
+		t.Fatalf("apply the tar: %+v %v", res, err)
+	}
+	if out := mustExec(t, c, b.ID, "cat /opt/tool/run.sh; stat -c %a /opt/tool/run.sh; test -e /etc/debian_version || echo gone"); out != "run\n750\ngone\n" {
+		t.Fatalf("after the tar: %q", out)
+	}
+	before := mustExec(t, c, b.ID, "ls -la / /etc /tmp | md5sum")
+	for name, entries := range map[string][]tar.Header{
+		"a path climbing out": {{Name: "ok.txt", Typeflag: tar.TypeReg}, {Name: "../../escape.txt", Typeflag: tar.TypeReg}},
+		"an absolute climb":   {{Name: "/etc/../../escape.txt", Typeflag: tar.TypeReg}},
+		"through a symlink":   {{Name: "link", Typeflag: tar.TypeSymlink, Linkname: "/etc"}, {Name: "link/evil", Typeflag: tar.TypeReg}},
+		"into /proc":          {{Name: "proc/sysrq-trigger", Typeflag: tar.TypeReg}},
+		"a whiteout climbing": {{Name: "etc/.wh...", Typeflag: tar.TypeReg}},
+	} {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for _, h := range entries {
+			h.Mode = 0o644
+			body := "x"
+			if h.Typeflag != tar.TypeReg {
+				body = ""
+			}
+			h.Size = int64(len(body))
+			if err := tw.WriteHeader(&h); err != nil {
+				t.Fatal(err)
+			}
+			io.WriteString(tw, body)
+		}
+		tw.Close()
+		if _, err := c.ApplyTar(ctx, b.ID, &buf); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("%s: %v", name, err)
+		}
+		if out := mustExec(t, c, b.ID, "ls -la / /etc /tmp | md5sum"); out != before {
+			t.Errorf("%s changed the sandbox", name)
+		}
+	}
+	if _, err := os.Stat("/escape.txt"); err == nil {
+		t.Fatal("a tar wrote on the host")
+	}
+}

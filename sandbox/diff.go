@@ -197,29 +197,53 @@ func (m *Manager) Apply(ctx context.Context, tenant, id string, req api.ApplyReq
 	if len(changes) == 0 {
 		return res, nil
 	}
-	ls, err := m.guest(ctx, tenant, id)
-	if err != nil {
-		return api.ApplyResult{}, err
-	}
-	if !slices.Contains(ls.features, guestapi.FeatureApply) {
-		return api.ApplyResult{}, errdefs.New(errdefs.NotImplemented, "sandbox %s runs an older guest that cannot apply changes: stop and start it to run the current one", id)
-	}
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	go func() { // owned here: the pipe's reader ends when Apply returns
+	go func() { // owned here: the pipe's reader ends when applyTar returns
 		err := snapshot.WriteTar(ctx, pw, changes, theirs)
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	_, aerr := ls.guest.Apply(ctx, guestapi.Where{User: "root"}, "/", pr, -1)
+	got, aerr := m.applyTar(ctx, tenant, id, pr, -1)
 	pr.CloseWithError(io.ErrClosedPipe)
 	if werr := <-done; aerr == nil && werr != nil && werr != io.ErrClosedPipe {
 		aerr = werr
 	}
 	if aerr != nil {
-		return api.ApplyResult{}, m.gone(id, aerr)
+		return api.ApplyResult{}, aerr
 	}
+	res.Entries, res.Whiteouts, res.Bytes = got.Entries, got.Whiteouts, got.Bytes
 	return res, nil
+}
+
+// ApplyTar applies a layer tar (diff's format=tar, from this daemon or
+// another) onto a running sandbox as it comes: there is no base to merge
+// against, so nothing is a conflict. The sandbox's guest applies it
+// inside: an entry that would leave the root, or go into /proc, /sys or
+// /dev, refuses the whole tar before anything changes.
+func (m *Manager) ApplyTar(ctx context.Context, tenant, id string, tarStream io.Reader, size int64) (api.ApplyResult, error) {
+	unlock := m.ops.lock(id)
+	defer unlock()
+	got, err := m.applyTar(ctx, tenant, id, tarStream, size)
+	if err != nil {
+		return api.ApplyResult{}, err
+	}
+	return api.ApplyResult{Changes: []api.Change{}, Entries: got.Entries, Whiteouts: got.Whiteouts, Bytes: got.Bytes}, nil
+}
+
+// applyTar has sandbox id's guest apply a layer tar at its root, as root.
+func (m *Manager) applyTar(ctx context.Context, tenant, id string, tarStream io.Reader, size int64) (guestapi.ApplyResult, error) {
+	ls, err := m.guest(ctx, tenant, id)
+	if err != nil {
+		return guestapi.ApplyResult{}, err
+	}
+	if !slices.Contains(ls.features, guestapi.FeatureApply) {
+		return guestapi.ApplyResult{}, errdefs.New(errdefs.NotImplemented, "sandbox %s runs an older guest that cannot apply changes: stop and start it to run the current one", id)
+	}
+	ls.streams.Add(1) // a long apply is activity
+	defer ls.streams.Add(-1)
+	res, err := ls.guest.Apply(ctx, guestapi.Where{User: "root"}, "/", tarStream, size)
+	return res, m.gone(id, err)
 }
 
 // applySource resolves what an apply takes its changes from: a sandbox

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 
@@ -24,6 +25,7 @@ type Snapshots interface {
 	// returns once they are known (so an error comes before any output).
 	Diff(ctx context.Context, tenant, id, against, format string, out func() io.Writer) (api.DiffResponse, error)
 	Apply(ctx context.Context, tenant, id string, req api.ApplyRequest) (api.ApplyResult, error)
+	ApplyTar(ctx context.Context, tenant, id string, tarStream io.Reader, size int64) (api.ApplyResult, error)
 	Pause(ctx context.Context, tenant, id string) (api.Sandbox, error)
 	Resume(ctx context.Context, tenant, id string) (api.Sandbox, error)
 }
@@ -119,6 +121,17 @@ func (a *apiGroup) diff(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *apiGroup) apply(w http.ResponseWriter, r *http.Request) error {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/x-tar" {
+		body, size, err := requestBody(r)
+		if err != nil {
+			return err
+		}
+		res, err := a.m.ApplyTar(r.Context(), Tenant(r), r.PathValue("id"), body, size)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, res)
+	}
 	var req api.ApplyRequest
 	if err := decode(w, r, &req, smallBody); err != nil {
 		return err
