@@ -8,8 +8,9 @@ const StatePaused = "paused"
 
 // Sandbox event types of pause and resume.
 const (
-	SandboxPaused  = "paused"
-	SandboxResumed = "resumed"
+	SandboxPaused   = "paused"
+	SandboxResumed  = "resumed"
+	SandboxArchived = "archived"
 )
 
 // SnapshotPrefix begins an image reference that names a snapshot:

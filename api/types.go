@@ -31,6 +31,11 @@ type Timeouts struct {
 	IdleSeconds *int64 `json:"idle_timeout_s,omitempty"`
 	// DeleteAfterSeconds deletes a sandbox this long after it stopped.
 	DeleteAfterSeconds *int64 `json:"delete_after_s,omitempty"`
+	// ArchiveAfterSeconds archives a sandbox this long after it stopped:
+	// its writable layer becomes a compressed archive and its directory is
+	// freed, until start restores it (a delete_after that is due first
+	// wins).
+	ArchiveAfterSeconds *int64 `json:"archive_after_s,omitempty"`
 	// MaxLifetimeSeconds stops a running sandbox this long after it was
 	// created, busy or not.
 	MaxLifetimeSeconds *int64 `json:"max_lifetime_s,omitempty"`
@@ -111,6 +116,9 @@ type Sandbox struct {
 	AccessToken string `json:"access_token,omitempty"`
 	// StartCmd runs in the background each time the sandbox starts.
 	StartCmd string `json:"start_cmd,omitempty"`
+	// Archived says a stopped sandbox's files are in a compressed archive
+	// (archive_after_s) until start restores them.
+	Archived bool `json:"archived,omitempty"`
 	// StoppedAt is when the sandbox last stopped, while it is stopped.
 	StoppedAt *time.Time `json:"stopped_at,omitempty"`
 	// Error says why a sandbox is in the error state, or why it stopped

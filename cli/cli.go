@@ -66,6 +66,7 @@ type createFlags struct {
 	limits            limitFlags
 	net               networkFlags
 	idle, deleteAfter string
+	archiveAfter      string
 	maxLifetime       string
 	publicPorts       []int
 	startCmd          string
@@ -84,6 +85,7 @@ func (f *createFlags) add(cmd *cobra.Command) {
 	f.net.add(cmd)
 	fl.StringVar(&f.idle, "idle-timeout", "", "stop after this long without activity, e.g. 15m (0: never; default: the daemon's)")
 	fl.StringVar(&f.deleteAfter, "delete-after", "", "delete this long after stopping, e.g. 24h (0: never)")
+	fl.StringVar(&f.archiveAfter, "archive-after", "", "archive the files (compressed, restored at start) this long after stopping, e.g. 1h (0: never)")
 	fl.StringVar(&f.maxLifetime, "max-lifetime", "", "stop this long after creation, e.g. 7d (0: never)")
 	fl.IntSliceVar(&f.publicPorts, "public-port", nil, "a port inside served without the access token (repeatable)")
 	fl.StringVar(&f.startCmd, "start-cmd", "", "a command line started in the background each time the sandbox starts (a server)")
@@ -130,6 +132,7 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 	}{
 		{"--idle-timeout", f.idle, &req.Timeouts.IdleSeconds},
 		{"--delete-after", f.deleteAfter, &req.Timeouts.DeleteAfterSeconds},
+		{"--archive-after", f.archiveAfter, &req.Timeouts.ArchiveAfterSeconds},
 		{"--max-lifetime", f.maxLifetime, &req.Timeouts.MaxLifetimeSeconds},
 	} {
 		if t.val == "" {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -738,5 +739,80 @@ func TestApplyTar(t *testing.T) {
 	}
 	if _, err := os.Stat("/escape.txt"); err == nil {
 		t.Fatal("a tar wrote on the host")
+	}
+}
+
+// TestArchiveAfter: a stopped sandbox's files go into a compressed archive
+// once its archive_after runs out and its directory is freed; after a
+// daemon restart, start brings them back (owners, modes, deletions, a disk
+// of its own), and delete leaves no archive.
+func TestArchiveAfter(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	c := d.client
+	one := int64(1)
+	var ids []string
+	for _, disk := range []int64{0, 64 << 20} {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{User: "root", Limits: api.Limits{DiskBytes: disk},
+			Timeouts: api.Timeouts{ArchiveAfterSeconds: &one}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Timeouts.ArchiveAfterSeconds == nil || *sb.Timeouts.ArchiveAfterSeconds != 1 {
+			t.Fatalf("timeouts: %+v", sb.Timeouts)
+		}
+		mustExec(t, c, sb.ID, `mkdir -p /srv/data && head -c 300000 /dev/urandom > /srv/data/blob && md5sum /srv/data/blob > /srv/sum &&
+			echo mine > /home/user/mine && chown user:user /home/user/mine && chmod 640 /home/user/mine && rm /etc/debian_version`)
+		if _, err := c.StopSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	for _, id := range ids {
+		waitFor(t, 15*time.Second, func() bool {
+			sb, err := c.GetSandbox(ctx, id)
+			return err == nil && sb.Archived
+		})
+		dir := filepath.Join(d.state, "runtimes", "native", "sandboxes", id)
+		for _, p := range []string{"upper", "work", "disk.img", "disk"} {
+			if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
+				t.Fatalf("%s: %s is still there after the archive", id, p)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(d.state, "images", "archives", id+".tar.gz")); err != nil {
+			t.Fatalf("%s: the archive: %v", id, err)
+		}
+		if _, err := c.CreateSnapshot(ctx, id, api.CreateSnapshotRequest{Name: "of-archived"}); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "archived") {
+			t.Fatalf("a snapshot of an archived sandbox: %v", err)
+		}
+	}
+	d.kill9()
+	d.start()
+	for i, id := range ids {
+		sb, err := c.StartSandbox(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Archived {
+			t.Fatalf("%s is still archived after start", id)
+		}
+		out := mustExec(t, c, id, "md5sum -c /srv/sum >/dev/null && echo ok; stat -c '%U %a' /home/user/mine; cat /home/user/mine; test -e /etc/debian_version || echo gone")
+		if out != "ok\nuser 640\nmine\ngone\n" {
+			t.Fatalf("%s after restore: %q", id, out)
+		}
+		if i == 1 { // its disk is its own again, of its size
+			if out := mustExec(t, c, id, "head -c 100000000 /dev/zero > /srv/fill 2>&1; echo $?"); out == "0\n" {
+				t.Fatalf("%s wrote 100 MB on a 64 MiB disk after restore", id)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(d.state, "images", "archives", id+".tar.gz")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s: the archive after restore: %v", id, err)
+		}
+		if err := c.DeleteSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if tr := d.traces(id); len(tr) > 0 {
+			t.Fatalf("%s left %v", id, tr)
+		}
 	}
 }

@@ -127,12 +127,18 @@ type unpacked struct {
 
 // unpackLayer unpacks tar stream r into the empty directory dir.
 func unpackLayer(dir string, r io.Reader, b *budget) (unpacked, error) {
+	return unpackLayerAt(dir, r, b, 0)
+}
+
+// unpackLayerAt is unpackLayer with every id moved up by base (a
+// sandbox's range: its writable layer restored from an archive).
+func unpackLayerAt(dir string, r io.Reader, b *budget, base int) (unpacked, error) {
 	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return unpacked{}, fmt.Errorf("open layer dir: %w", err)
 	}
 	defer unix.Close(root)
-	u := &unpacker{root: root, b: b}
+	u := &unpacker{root: root, b: b, base: base}
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -151,6 +157,7 @@ func unpackLayer(dir string, r io.Reader, b *budget) (unpacked, error) {
 
 type unpacker struct {
 	root  int
+	base  int // added to every id
 	b     *budget
 	bytes int64
 	notes []string
@@ -259,7 +266,7 @@ func (u *unpacker) entry(hdr *tar.Header, tr io.Reader) error {
 		}
 		return nil
 	}
-	uid, gid := clampID(hdr.Uid), clampID(hdr.Gid)
+	uid, gid := clampID(hdr.Uid)+u.base, clampID(hdr.Gid)+u.base
 	mode := uint32(hdr.Mode) & 0o7777
 	switch hdr.Typeflag {
 	case tar.TypeDir:

@@ -288,6 +288,19 @@ type Capturer interface {
 	WritableLayer(id string) (string, error)
 }
 
+// Archiver is a runtime that can free a stopped sandbox's writable layer,
+// whose contents the caller keeps elsewhere (a Differ's tar), and give it
+// a new one to fill back.
+type Archiver interface {
+	// ClearLayer removes stopped sandbox id's writable layer (its disk
+	// too); Start fails until RenewLayer.
+	ClearLayer(ctx context.Context, id string) error
+	// RenewLayer gives stopped sandbox spec.ID an empty writable layer (on
+	// a disk of spec's limit) and calls fill with its directory; on error
+	// the layer is cleared again.
+	RenewLayer(ctx context.Context, spec Spec, fill func(dir string) error) error
+}
+
 // Updater is a runtime that can change a running sandbox's limits.
 type Updater interface {
 	SetLimits(ctx context.Context, id string, l Limits) error

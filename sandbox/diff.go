@@ -97,6 +97,9 @@ func (m *Manager) sandboxStack(ctx context.Context, rec store.Sandbox) (snapshot
 	}
 	switch rec.State {
 	case api.StateRunning, api.StatePaused, api.StateStopped:
+		if err := notArchived(rec); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, errdefs.New(errdefs.Conflict, "sandbox %s is %s; its files can be compared when it is running, paused or stopped", rec.ID, rec.State)
 	}

@@ -127,6 +127,11 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
+	if rec.ArchiveBytes > 0 {
+		if err := m.unarchive(ctx, rec, spec); err != nil {
+			return err
+		}
+	}
 	if err := m.store.UpdateState(ctx, id, api.StateStarting, "", m.cfg.Now()); err != nil {
 		return err
 	}
@@ -391,7 +396,7 @@ type action struct {
 
 // timeouts is a sandbox's timeouts in force (zero: off).
 type timeouts struct {
-	idle, deleteAfter, maxLifetime time.Duration
+	idle, deleteAfter, archiveAfter, maxLifetime time.Duration
 }
 
 func timeoutsOf(t api.Timeouts) timeouts {
@@ -401,13 +406,13 @@ func timeoutsOf(t api.Timeouts) timeouts {
 		}
 		return time.Duration(*p) * time.Second
 	}
-	return timeouts{idle: d(t.IdleSeconds), deleteAfter: d(t.DeleteAfterSeconds), maxLifetime: d(t.MaxLifetimeSeconds)}
+	return timeouts{idle: d(t.IdleSeconds), deleteAfter: d(t.DeleteAfterSeconds), archiveAfter: d(t.ArchiveAfterSeconds), maxLifetime: d(t.MaxLifetimeSeconds)}
 }
 
 // decide is the whole timeout policy, free of I/O: busy (is the sandbox
 // still active, on a closer look) is asked only when the idle time seems to
 // have run out, and an active sandbox is never stopped for idleness.
-func decide(now time.Time, state string, t timeouts, created, stoppedAt, lastActive time.Time, busy func() bool) action {
+func decide(now time.Time, state string, archived bool, t timeouts, created, stoppedAt, lastActive time.Time, busy func() bool) action {
 	switch state {
 	case api.StateRunning:
 		if t.maxLifetime > 0 && now.Sub(created) >= t.maxLifetime {
@@ -419,6 +424,9 @@ func decide(now time.Time, state string, t timeouts, created, stoppedAt, lastAct
 	case api.StateStopped:
 		if t.deleteAfter > 0 && !stoppedAt.IsZero() && now.Sub(stoppedAt) >= t.deleteAfter {
 			return action{"delete", ""}
+		}
+		if t.archiveAfter > 0 && !archived && !stoppedAt.IsZero() && now.Sub(stoppedAt) >= t.archiveAfter {
+			return action{"archive", ""}
 		}
 	}
 	return action{}
@@ -464,7 +472,7 @@ func (m *Manager) Sweep(ctx context.Context) {
 		}
 		t := timeoutsOf(spec.Timeouts)
 		busy := func() bool { return ls != nil && m.active(ctx, ls, t.idle) }
-		act := decide(now, rec.State, t, rec.CreatedAt, rec.StoppedAt, lastActive, busy)
+		act := decide(now, rec.State, rec.ArchiveBytes > 0, t, rec.CreatedAt, rec.StoppedAt, lastActive, busy)
 		switch act.kind {
 		case "stop":
 			unlock := m.ops.lock(rec.ID)
@@ -474,6 +482,9 @@ func (m *Manager) Sweep(ctx context.Context) {
 		case "delete":
 			err := m.Delete(ctx, rec.Tenant, rec.ID)
 			m.log.Info("timeout", "sandbox", rec.ID, "action", "delete", "err", err)
+		case "archive":
+			err := m.archiveLayer(ctx, rec.ID)
+			m.log.Info("timeout", "sandbox", rec.ID, "action", "archive", "err", err)
 		}
 	}
 }

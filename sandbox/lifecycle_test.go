@@ -31,18 +31,23 @@ func TestDecide(t *testing.T) {
 		stoppedAt  time.Time
 		busy       func() bool
 		want       string
+		archived   bool
 	}{
-		{"fresh", api.StateRunning, idle, t0.Add(30 * time.Second), t0, time.Time{}, never, ""},
-		{"idle", api.StateRunning, idle, t0.Add(time.Minute), t0, time.Time{}, func() bool { return false }, "stop"},
-		{"idle but busy", api.StateRunning, idle, t0.Add(time.Hour), t0, time.Time{}, func() bool { return true }, ""},
-		{"idle off", api.StateRunning, timeouts{}, t0.Add(1000 * time.Hour), t0, time.Time{}, never, ""},
-		{"max lifetime even if busy", api.StateRunning, timeouts{maxLifetime: time.Hour}, t0.Add(time.Hour), t0.Add(time.Hour), time.Time{}, func() bool { return true }, "stop"},
-		{"stopped, delete after", api.StateStopped, timeouts{deleteAfter: time.Hour}, t0.Add(2 * time.Hour), t0, t0.Add(time.Hour), never, "delete"},
-		{"stopped, not yet", api.StateStopped, timeouts{deleteAfter: time.Hour}, t0.Add(90 * time.Minute), t0, t0.Add(time.Hour), never, ""},
-		{"stopped, delete off", api.StateStopped, timeouts{idle: time.Second}, t0.Add(1000 * time.Hour), t0, t0, never, ""},
-		{"starting is left alone", api.StateStarting, timeouts{idle: time.Second, maxLifetime: time.Second}, t0.Add(time.Hour), t0, time.Time{}, never, ""},
+		{"fresh", api.StateRunning, idle, t0.Add(30 * time.Second), t0, time.Time{}, never, "", false},
+		{"idle", api.StateRunning, idle, t0.Add(time.Minute), t0, time.Time{}, func() bool { return false }, "stop", false},
+		{"idle but busy", api.StateRunning, idle, t0.Add(time.Hour), t0, time.Time{}, func() bool { return true }, "", false},
+		{"idle off", api.StateRunning, timeouts{}, t0.Add(1000 * time.Hour), t0, time.Time{}, never, "", false},
+		{"max lifetime even if busy", api.StateRunning, timeouts{maxLifetime: time.Hour}, t0.Add(time.Hour), t0.Add(time.Hour), time.Time{}, func() bool { return true }, "stop", false},
+		{"stopped, delete after", api.StateStopped, timeouts{deleteAfter: time.Hour}, t0.Add(2 * time.Hour), t0, t0.Add(time.Hour), never, "delete", false},
+		{"stopped, not yet", api.StateStopped, timeouts{deleteAfter: time.Hour}, t0.Add(90 * time.Minute), t0, t0.Add(time.Hour), never, "", false},
+		{"stopped, delete off", api.StateStopped, timeouts{idle: time.Second}, t0.Add(1000 * time.Hour), t0, t0, never, "", false},
+		{"starting is left alone", api.StateStarting, timeouts{idle: time.Second, maxLifetime: time.Second}, t0.Add(time.Hour), t0, time.Time{}, never, "", false},
+		{"stopped, archive after", api.StateStopped, timeouts{archiveAfter: time.Hour}, t0.Add(2 * time.Hour), t0, t0.Add(time.Hour), never, "archive", false},
+		{"stopped, archived already", api.StateStopped, timeouts{archiveAfter: time.Hour}, t0.Add(2 * time.Hour), t0, t0.Add(time.Hour), never, "", true},
+		{"stopped, delete due before archive", api.StateStopped, timeouts{archiveAfter: time.Hour, deleteAfter: time.Hour}, t0.Add(2 * time.Hour), t0, t0.Add(time.Hour), never, "delete", false},
+		{"paused is left alone", api.StatePaused, timeouts{idle: time.Second, maxLifetime: time.Second, archiveAfter: time.Second}, t0.Add(time.Hour), t0, time.Time{}, never, "", false},
 	} {
-		got := decide(tc.now, tc.state, tc.t, t0, tc.stoppedAt, tc.lastActive, tc.busy)
+		got := decide(tc.now, tc.state, tc.archived, tc.t, t0, tc.stoppedAt, tc.lastActive, tc.busy)
 		if got.kind != tc.want {
 			t.Errorf("%s: %q (%s), want %q", tc.name, got.kind, got.reason, tc.want)
 		}

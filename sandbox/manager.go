@@ -79,7 +79,7 @@ type Images interface {
 
 // TimeoutDefaults are the daemon's default timeouts; zero turns one off.
 type TimeoutDefaults struct {
-	Idle, DeleteAfter, MaxLifetime time.Duration
+	Idle, DeleteAfter, ArchiveAfter, MaxLifetime time.Duration
 }
 
 // Manager owns the live sandboxes of one daemon.
@@ -627,6 +627,11 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	}
 	m.ranges.release(id)
 	m.egress.forget(id)
+	if ai, ok := m.images.(ArchiveImages); ok {
+		if err := ai.RemoveArchive(id); err != nil {
+			m.log.Error("remove a deleted sandbox's archive", "sandbox", id, "err", err)
+		}
+	}
 	m.releaseSnapshot(ctx, rec.ImageID)
 	m.emit(id, api.SandboxDeleted)
 	return nil
@@ -694,6 +699,7 @@ func toAPI(rec store.Sandbox, spec api.CreateSandboxRequest) api.Sandbox {
 		Workdir: spec.Workdir, User: spec.User, Labels: rec.Labels, Limits: spec.Limits,
 		Timeouts: spec.Timeouts, Network: networkOf(spec), CreatedAt: rec.CreatedAt, Error: rec.Error,
 		PublicPorts: spec.PublicPorts, AccessToken: rec.AccessToken, StartCmd: spec.StartCmd,
+		Archived: rec.ArchiveBytes > 0,
 	}
 	if !rec.StoppedAt.IsZero() {
 		t := rec.StoppedAt

@@ -57,7 +57,7 @@ func (m *Manager) snapshotImages() (SnapshotImages, error) {
 func snapshottable(rec store.Sandbox, what string) error {
 	switch rec.State {
 	case api.StateRunning, api.StatePaused, api.StateStopped:
-		return nil
+		return notArchived(rec)
 	}
 	return errdefs.New(errdefs.Conflict, "sandbox %s is %s; %s a running, paused or stopped sandbox", rec.ID, rec.State, what)
 }

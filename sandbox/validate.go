@@ -139,6 +139,13 @@ func (m *Manager) normalizeRequest(req api.CreateSandboxRequest) (api.CreateSand
 	if err := m.normalizeTimeouts(&req.Timeouts); err != nil {
 		return req, err
 	}
+	if a := req.Timeouts.ArchiveAfterSeconds; a != nil && *a > 0 {
+		if t, err := m.tier(req.Runtime); err == nil {
+			if _, _, _, err := m.archiver(t); err != nil {
+				return req, errdefs.Wrap(errdefs.NotImplemented, err, "timeouts.archive_after_s")
+			}
+		}
+	}
 	if strings.IndexByte(req.StartCmd, 0) >= 0 || len(req.StartCmd) > maxArgBytes {
 		return req, errdefs.New(errdefs.InvalidArgument, "start_cmd: holds a NUL byte or is over %d bytes", maxArgBytes)
 	}
@@ -222,6 +229,7 @@ func (m *Manager) normalizeTimeouts(t *api.Timeouts) error {
 	}{
 		{"timeouts.idle_timeout_s", &t.IdleSeconds, int64(d.Idle.Seconds())},
 		{"timeouts.delete_after_s", &t.DeleteAfterSeconds, int64(d.DeleteAfter.Seconds())},
+		{"timeouts.archive_after_s", &t.ArchiveAfterSeconds, int64(d.ArchiveAfter.Seconds())},
 		{"timeouts.max_lifetime_s", &t.MaxLifetimeSeconds, int64(d.MaxLifetime.Seconds())},
 	} {
 		if *f.p == nil {

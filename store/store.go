@@ -111,6 +111,7 @@ func migrations() []string {
 		);
 		CREATE UNIQUE INDEX snapshots_name ON snapshots(tenant, name) WHERE name != '';
 		CREATE INDEX snapshots_base ON snapshots(base);`,
+		`ALTER TABLE sandboxes ADD COLUMN archive_bytes INTEGER NOT NULL DEFAULT 0;`,
 	}
 }
 
@@ -154,6 +155,10 @@ type Sandbox struct {
 	// ImageID pins the stored image the sandbox is made of (empty for the
 	// host image): an image in use cannot be removed.
 	ImageID string
+	// ArchiveBytes is the size of the compressed archive that holds the
+	// stopped sandbox's writable layer while its directory is freed; 0 when
+	// it is not archived.
+	ArchiveBytes int64
 }
 
 // Open opens the store at path, creating the file (mode 0600) if needed, in
@@ -394,7 +399,7 @@ func insertLabels(ctx context.Context, tx *sql.Tx, id string, m map[string]strin
 }
 
 const sandboxColumns = `s.id, s.tenant, s.state, s.image, s.runtime, s.spec, s.runtime_state, s.error,
-	s.created_at, s.updated_at, s.stopped_at, s.id_range, s.access_token, s.image_id`
+	s.created_at, s.updated_at, s.stopped_at, s.id_range, s.access_token, s.image_id, s.archive_bytes`
 
 func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var (
@@ -403,7 +408,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 		created, updated, stopped int64
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Image, &sb.Runtime, &spec, &rs, &sb.Error,
-		&created, &updated, &stopped, &sb.IDRange, &sb.AccessToken, &sb.ImageID)
+		&created, &updated, &stopped, &sb.IDRange, &sb.AccessToken, &sb.ImageID, &sb.ArchiveBytes)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -692,4 +697,10 @@ func (s *Store) ReplaceSandbox(ctx context.Context, from string, sb Sandbox) err
 // if absent.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return s.update(ctx, id, `DELETE FROM sandboxes WHERE id = ?`)
+}
+
+// SetArchived records that sandbox id's writable layer is kept in an
+// archive of size bytes (0: it is not, any more).
+func (s *Store) SetArchived(ctx context.Context, id string, size int64) error {
+	return s.update(ctx, id, `UPDATE sandboxes SET archive_bytes = ? WHERE id = ?`, size)
 }

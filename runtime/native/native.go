@@ -499,24 +499,44 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 	if err := os.Chown(dir, 0, root); err != nil {
 		return nil, fmt.Errorf("chown sandbox dir: %w", err)
 	}
-	if spec.Limits.DiskBytes > 0 {
-		if err := makeDisk(ctx, dir, spec.Limits.DiskBytes, root); err != nil {
-			return nil, err
-		}
+	if err := makeDir(filepath.Join(dir, "ctl"), 0o700, root); err != nil {
+		return nil, err
 	}
-	upper, work := layerDirs(dir)
-	for p, mode := range map[string]os.FileMode{upper: 0o755, work: 0o700, filepath.Join(dir, "ctl"): 0o700} {
-		if err := os.Mkdir(p, mode); err != nil {
-			return nil, fmt.Errorf("make %s: %w", filepath.Base(p), err)
-		}
-		if err := os.Chown(p, root, root); err != nil {
-			return nil, fmt.Errorf("chown %s: %w", filepath.Base(p), err)
-		}
+	upper, err := makeLayer(ctx, dir, spec.Limits.DiskBytes, root)
+	if err != nil {
+		return nil, err
 	}
 	if err := writeFiles(upper, spec.Hostname, spec.Files, root); err != nil {
 		return nil, err
 	}
 	return r.boot(ctx, spec)
+}
+
+// makeLayer makes a sandbox's writable layer in its directory dir: the
+// overlay's upper and work directories, owned by root (the sandbox's
+// root), on a disk of its own of diskBytes (0: none). It returns upper.
+func makeLayer(ctx context.Context, dir string, diskBytes int64, root int) (string, error) {
+	if diskBytes > 0 {
+		if err := makeDisk(ctx, dir, diskBytes, root); err != nil {
+			return "", err
+		}
+	}
+	upper, work := layerDirs(dir)
+	if err := makeDir(upper, 0o755, root); err != nil {
+		return "", err
+	}
+	return upper, makeDir(work, 0o700, root)
+}
+
+// makeDir makes directory p with mode, owned by root.
+func makeDir(p string, mode os.FileMode, root int) error {
+	if err := os.Mkdir(p, mode); err != nil {
+		return fmt.Errorf("make %s: %w", filepath.Base(p), err)
+	}
+	if err := os.Chown(p, root, root); err != nil {
+		return fmt.Errorf("chown %s: %w", filepath.Base(p), err)
+	}
+	return nil
 }
 
 // Start implements runtime.Stopper: it boots a stopped sandbox again on its

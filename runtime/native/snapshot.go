@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/berthsh/berth/errdefs"
@@ -93,4 +94,46 @@ func (r *Runtime) Capture(ctx context.Context, id string, users runtime.IDMap, s
 
 func captured(st layerdiff.CopyStats, frozen time.Duration) runtime.Capture {
 	return runtime.Capture{Entries: st.Entries, Bytes: st.Bytes, Frozen: frozen, Reflinked: st.Reflinked}
+}
+
+// ClearLayer implements runtime.Archiver: the upper and work directories
+// go, and a disk of the sandbox's own with them.
+func (r *Runtime) ClearLayer(ctx context.Context, id string) error {
+	dir := r.sandboxDir(id)
+	if _, err := os.Stat(filepath.Join(dir, diskImage)); err == nil {
+		if err := unmountDisk(dir); err != nil {
+			return fmt.Errorf("sandbox %s: %w", id, err)
+		}
+		for _, p := range []string{filepath.Join(dir, diskImage), filepath.Join(dir, diskMount)} {
+			if err := os.RemoveAll(p); err != nil {
+				return fmt.Errorf("sandbox %s: free its disk: %w", id, err)
+			}
+		}
+		return nil
+	}
+	upper, work := layerDirs(dir)
+	for _, p := range []string{upper, work} {
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("sandbox %s: free its writable layer: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// RenewLayer implements runtime.Archiver.
+func (r *Runtime) RenewLayer(ctx context.Context, spec runtime.Spec, fill func(dir string) error) error {
+	if err := r.ClearLayer(ctx, spec.ID); err != nil { // what a cut-off renew left
+		return err
+	}
+	upper, err := makeLayer(ctx, r.sandboxDir(spec.ID), spec.Limits.DiskBytes, int(spec.Users.HostID))
+	if err == nil {
+		err = fill(upper)
+	}
+	if err != nil {
+		if cerr := r.ClearLayer(context.WithoutCancel(ctx), spec.ID); cerr != nil {
+			r.log.Error("failed renew: clear the layer", "sandbox", spec.ID, "err", cerr)
+		}
+		return err
+	}
+	return nil
 }
