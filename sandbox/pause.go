@@ -7,6 +7,7 @@ import (
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/store"
 )
 
 // pauser returns the runtime's Pauser, or why it has none.
@@ -23,44 +24,57 @@ func (t *tier) pauser() (runtime.Pauser, error) {
 // calls answer conflict meanwhile, and timeouts leave it alone. Pausing a
 // paused sandbox is not an error.
 func (m *Manager) Pause(ctx context.Context, tenant, id string) (api.Sandbox, error) {
-	unlock := m.ops.lock(id)
-	defer unlock()
-	rec, err := m.record(ctx, tenant, id)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	switch rec.State {
-	case api.StatePaused:
-		return recordToAPI(rec)
-	case api.StateRunning:
-	default:
-		return api.Sandbox{}, errdefs.New(errdefs.Conflict, "sandbox %s is %s; only a running sandbox can be paused", id, rec.State)
-	}
-	t, err := m.tier(rec.Runtime)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	p, err := t.pauser()
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	if err := p.Pause(ctx, id); err != nil {
-		return api.Sandbox{}, fmt.Errorf("pause sandbox %s: %w", id, err)
-	}
-	if err := m.store.UpdateState(ctx, id, api.StatePaused, "", m.cfg.Now()); err != nil {
-		if rerr := p.Resume(context.WithoutCancel(ctx), id); rerr != nil {
-			m.log.Error("failed pause: resume", "sandbox", id, "err", rerr)
+	return m.turn(ctx, tenant, id, api.StateRunning, api.StatePaused, "paused", func(rec store.Sandbox, p runtime.Pauser) error {
+		if err := p.Pause(ctx, id); err != nil {
+			return fmt.Errorf("pause sandbox %s: %w", id, err)
 		}
-		return api.Sandbox{}, err
-	}
-	m.emit(id, api.SandboxPaused)
-	return m.Get(ctx, tenant, id)
+		if err := m.store.UpdateState(ctx, id, api.StatePaused, "", m.cfg.Now()); err != nil {
+			if rerr := p.Resume(context.WithoutCancel(ctx), id); rerr != nil {
+				m.log.Error("failed pause: resume", "sandbox", id, "err", rerr)
+			}
+			return err
+		}
+		m.emit(id, api.SandboxPaused)
+		return nil
+	})
 }
 
 // Resume thaws a paused sandbox's processes where they stopped. Resuming a
 // running sandbox is not an error. A sandbox paused before a daemon
 // restart gets its guest connection back here.
 func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	return m.turn(ctx, tenant, id, api.StatePaused, api.StateRunning, "resumed", func(rec store.Sandbox, p runtime.Pauser) error {
+		if err := p.Resume(ctx, id); err != nil {
+			return fmt.Errorf("resume sandbox %s: %w", id, err)
+		}
+		m.mu.Lock()
+		ls := m.live[id]
+		m.mu.Unlock()
+		if ls == nil { // paused across a daemon restart
+			if err := m.attach(ctx, rec); err != nil {
+				m.settleStopped(ctx, rec, "its guest did not answer on resume: start it again ("+errdefs.Message(err)+")")
+				return fmt.Errorf("resume sandbox %s: %w", id, err)
+			}
+			m.mu.Lock()
+			ls = m.live[id]
+			m.mu.Unlock()
+		}
+		if err := m.store.UpdateState(ctx, id, api.StateRunning, "", m.cfg.Now()); err != nil {
+			return err
+		}
+		if ls != nil {
+			ls.lastActive.Store(m.cfg.Now().UnixNano())
+		}
+		m.emit(id, api.SandboxResumed)
+		return nil
+	})
+}
+
+// turn runs fn, under the sandbox's operation lock, to take it from state
+// from to state to (what verb does) with its runtime's Pauser; a sandbox
+// already in state to is left as it is, one in any other state is a
+// conflict.
+func (m *Manager) turn(ctx context.Context, tenant, id, from, to, verb string, fn func(store.Sandbox, runtime.Pauser) error) (api.Sandbox, error) {
 	unlock := m.ops.lock(id)
 	defer unlock()
 	rec, err := m.record(ctx, tenant, id)
@@ -68,11 +82,11 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, e
 		return api.Sandbox{}, err
 	}
 	switch rec.State {
-	case api.StateRunning:
+	case to:
 		return recordToAPI(rec)
-	case api.StatePaused:
+	case from:
 	default:
-		return api.Sandbox{}, errdefs.New(errdefs.Conflict, "sandbox %s is %s; only a paused sandbox can be resumed", id, rec.State)
+		return api.Sandbox{}, errdefs.New(errdefs.Conflict, "sandbox %s is %s; only a %s sandbox can be %s", id, rec.State, from, verb)
 	}
 	t, err := m.tier(rec.Runtime)
 	if err != nil {
@@ -82,27 +96,8 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, e
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if err := p.Resume(ctx, id); err != nil {
-		return api.Sandbox{}, fmt.Errorf("resume sandbox %s: %w", id, err)
-	}
-	m.mu.Lock()
-	ls := m.live[id]
-	m.mu.Unlock()
-	if ls == nil { // paused across a daemon restart
-		if err := m.attach(ctx, rec); err != nil {
-			m.settleStopped(ctx, rec, "its guest did not answer on resume: start it again ("+errdefs.Message(err)+")")
-			return api.Sandbox{}, fmt.Errorf("resume sandbox %s: %w", id, err)
-		}
-		m.mu.Lock()
-		ls = m.live[id]
-		m.mu.Unlock()
-	}
-	if err := m.store.UpdateState(ctx, id, api.StateRunning, "", m.cfg.Now()); err != nil {
+	if err := fn(rec, p); err != nil {
 		return api.Sandbox{}, err
 	}
-	if ls != nil {
-		ls.lastActive.Store(m.cfg.Now().UnixNano())
-	}
-	m.emit(id, api.SandboxResumed)
 	return m.Get(ctx, tenant, id)
 }
