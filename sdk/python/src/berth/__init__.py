@@ -9,9 +9,10 @@ The deepagents backend is :class:`berth.deepagents.BerthSandbox`
 (install ``berth[deepagents]``).
 """
 
-from ._client import ACCESS_TOKEN_HEADER, DEFAULT_URL, AsyncBerth, AsyncSandbox, Berth, Sandbox
+from ._client import ACCESS_TOKEN_HEADER, DEFAULT_URL, AsyncBerth, AsyncSandbox, Berth, Forks, Sandbox
 from ._terminal import AsyncTerminal, Terminal
 from .errors import (
+    MERGE_CONFLICT,
     AlreadyExists,
     BerthError,
     Conflict,
@@ -28,24 +29,43 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .types import TTY, ExecEvent, ExecResult, Port, Process, SandboxInfo, TerminalEvent
+from .types import (
+    SNAPSHOT_PREFIX,
+    TTY,
+    ApplyResult,
+    Change,
+    Diff,
+    ExecEvent,
+    ExecResult,
+    Port,
+    Process,
+    SandboxInfo,
+    Snapshot,
+    TerminalEvent,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ACCESS_TOKEN_HEADER",
     "DEFAULT_URL",
+    "MERGE_CONFLICT",
+    "SNAPSHOT_PREFIX",
     "AlreadyExists",
+    "ApplyResult",
     "AsyncBerth",
     "AsyncSandbox",
     "AsyncTerminal",
     "Berth",
     "BerthError",
+    "Change",
     "Conflict",
     "DaemonUnreachable",
     "DeadlineExceeded",
+    "Diff",
     "ExecEvent",
     "ExecResult",
+    "Forks",
     "InternalError",
     "InvalidArgument",
     "MethodNotAllowed",
@@ -57,6 +77,7 @@ __all__ = [
     "ResourceExhausted",
     "Sandbox",
     "SandboxInfo",
+    "Snapshot",
     "TTY",
     "Terminal",
     "TerminalEvent",

@@ -18,7 +18,7 @@ import tarfile
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
@@ -26,6 +26,8 @@ import httpx
 from ._terminal import AsyncTerminal, Terminal
 from .errors import BerthError, DaemonUnreachable, DeadlineExceeded, InvalidArgument, error_for
 from .types import (
+    ApplyResult,
+    Diff,
     ExecEvent,
     ExecResult,
     FileInfo,
@@ -36,6 +38,7 @@ from .types import (
     Process,
     ReadResult,
     SandboxInfo,
+    Snapshot,
 )
 
 DEFAULT_URL = "http://127.0.0.1:7680"
@@ -151,7 +154,7 @@ def _create_body(
     env: Mapping[str, str] | None,
     user: str | None,
     workdir: str | None,
-    image: str | None,
+    image: str | Snapshot | None,
     memory: int | None,
     cpus: float | None,
     pids: int | None,
@@ -175,7 +178,7 @@ def _create_body(
             "env": dict(env) if env else None,
             "user": user,
             "workdir": workdir,
-            "image": image,
+            "image": image.ref if isinstance(image, Snapshot) else image,
             "runtime": runtime,
             "limits": _limits(memory, cpus, pids, disk),
             "timeouts": timeouts or None,
@@ -212,6 +215,59 @@ def _port_timeout(id: str, port: int, timeout: float, ports: list[Port]) -> Dead
     )
 
 
+def _selector(labels: Mapping[str, str] | None, selector: str | None) -> dict[str, str]:
+    """The selector query of a list: labels that must match, and a selector expression."""
+    sel = ",".join(f"{k}={v}" for k, v in (labels or {}).items())
+    if selector:
+        sel = f"{sel},{selector}" if sel else selector
+    return {"selector": sel} if sel else {}
+
+
+# What a fork's copies are labelled with: one set for every copy, or a set per copy in order.
+ForkLabels = Mapping[str, str] | Sequence[Mapping[str, str]]
+
+
+def _fork_body(count: int, labels: ForkLabels | None) -> dict[str, Any]:
+    sets: list[dict[str, str]] | None = None
+    if isinstance(labels, Mapping):
+        sets = [dict(labels) for _ in range(count)] if labels else None
+    elif labels is not None:
+        sets = [dict(ls) for ls in labels]
+    return _drop_none({"count": count, "labels": sets})
+
+
+def _snapshot_ref(snapshot: str | Snapshot) -> str:
+    return snapshot.ref if isinstance(snapshot, Snapshot) else snapshot
+
+
+def _apply_source(source: Any) -> str:
+    """An apply's source as the API names it: a sandbox handle or info by its
+    id, a :class:`Snapshot` as ``snapshot:NAME``, a string as given (a sandbox
+    id or ``snapshot:NAME``)."""
+    if isinstance(source, Snapshot):
+        return source.ref
+    if isinstance(source, (Sandbox, AsyncSandbox, SandboxInfo)):
+        return source.id
+    if isinstance(source, str):
+        return source
+    raise InvalidArgument(f"from: {source!r} is not a sandbox, a sandbox id or a snapshot")
+
+
+_S = TypeVar("_S")
+
+
+class Forks(list[_S]):
+    """The copies a fork made, as sandbox handles in order, with ``snapshot``
+    (the id of the layer they share; "" when the source had changed nothing and
+    they were made from its image) and ``frozen_ms`` (how long the source's
+    processes were frozen for the capture)."""
+
+    def __init__(self, sandboxes: Iterable[_S], snapshot: str = "", frozen_ms: float = 0.0) -> None:
+        super().__init__(sandboxes)
+        self.snapshot = snapshot
+        self.frozen_ms = frozen_ms
+
+
 class _Ops:
     """Builds the call of every operation."""
 
@@ -233,12 +289,11 @@ class _Ops:
 
     @staticmethod
     def list(labels: Mapping[str, str] | None, selector: str | None) -> _Call:
-        sel = ",".join(f"{k}={v}" for k, v in (labels or {}).items())
-        if selector:
-            sel = f"{sel},{selector}" if sel else selector
-        params = {"selector": sel} if sel else {}
         return _Call(
-            "GET", "/v1/sandboxes", params=params, parse=lambda r: [SandboxInfo.from_json(s) for s in r.json()["sandboxes"]]
+            "GET",
+            "/v1/sandboxes",
+            params=_selector(labels, selector),
+            parse=lambda r: [SandboxInfo.from_json(s) for s in r.json()["sandboxes"]],
         )
 
     @staticmethod
@@ -341,6 +396,64 @@ class _Ops:
             params["follow"] = "true"
             return _Call("GET", _sb(id, "egress"), params=params, timeout=_WAIT)
         return _Call("GET", _sb(id, "egress"), params=params, parse=lambda r: r.json()["records"])
+
+    # snapshots, forks, diff and apply: a capture or a merge copies files, so
+    # these wait as long as it takes
+    @staticmethod
+    def create_snapshot(id: str, name: str, labels: Mapping[str, str] | None) -> _Call:
+        body = _drop_none({"name": name, "labels": dict(labels) if labels else None})
+        return _Call("POST", _sb(id, "snapshots"), json=body, parse=lambda r: Snapshot.from_json(r.json()), timeout=_WAIT)
+
+    @staticmethod
+    def list_snapshots(labels: Mapping[str, str] | None, selector: str | None) -> _Call:
+        return _Call(
+            "GET",
+            "/v1/snapshots",
+            params=_selector(labels, selector),
+            parse=lambda r: [Snapshot.from_json(s) for s in r.json()["snapshots"]],
+        )
+
+    @staticmethod
+    def get_snapshot(name: str) -> _Call:
+        return _Call("GET", "/v1/snapshots/" + quote(name, safe=""), parse=lambda r: Snapshot.from_json(r.json()))
+
+    @staticmethod
+    def delete_snapshot(name: str) -> _Call:
+        return _Call("DELETE", "/v1/snapshots/" + quote(name, safe=""), timeout=_WAIT)
+
+    @staticmethod
+    def fork(id: str, count: int, labels: ForkLabels | None) -> _Call:
+        return _Call("POST", _sb(id, "fork"), json=_fork_body(count, labels), timeout=_WAIT)
+
+    @staticmethod
+    def diff(id: str, against: str | Snapshot | None, fmt: str) -> _Call:
+        params = {"format": fmt}
+        if against:
+            params["against"] = _snapshot_ref(against)
+        parse: Callable[[httpx.Response], Any] = {
+            "json": lambda r: Diff.from_json(r.json()),
+            "tar": lambda r: r.content,
+            "patch": lambda r: r.text,
+        }[fmt]
+        return _Call("GET", _sb(id, "diff"), params=params, parse=parse, timeout=_WAIT)
+
+    @staticmethod
+    def apply(id: str, source: Any, overwrite: bool) -> _Call:
+        body: dict[str, Any] = {"from": _apply_source(source)}
+        if overwrite:
+            body["overwrite"] = True
+        return _Call("POST", _sb(id, "apply"), json=body, parse=lambda r: ApplyResult.from_json(r.json()), timeout=_WAIT)
+
+    @staticmethod
+    def apply_tar(id: str, tar: Any) -> _Call:
+        return _Call(
+            "POST",
+            _sb(id, "apply"),
+            content=tar,
+            headers={"Content-Type": "application/x-tar"},
+            parse=lambda r: ApplyResult.from_json(r.json()),
+            timeout=_WAIT,
+        )
 
     @staticmethod
     def version() -> _Call:
@@ -591,6 +704,68 @@ class Sandbox(_FileMixin, _PortsMixin):
 
     def delete(self) -> None:
         self._c.delete(self.id)
+
+    def pause(self) -> SandboxInfo:
+        """Freeze the sandbox's processes (state ``paused``): memory, files and
+        connections stay, no CPU is used. Exec, process, file and apply calls
+        raise :class:`Conflict` until :meth:`resume`; stop, delete, snapshot and
+        fork work. A paused sandbox stays so; a stopped one is a :class:`Conflict`."""
+        self.info = self._c._send(_Ops.lifecycle(self.id, "pause"))
+        return self.info
+
+    def resume(self) -> SandboxInfo:
+        """Thaw a paused sandbox: its processes go on where they were (a running one stays so)."""
+        self.info = self._c._send(_Ops.lifecycle(self.id, "resume"))
+        return self.info
+
+    # snapshots, forks, diff and apply
+    def snapshot(self, name: str, *, labels: Mapping[str, str] | None = None) -> Snapshot:
+        """Capture the sandbox's files as snapshot ``name`` (a running sandbox keeps
+        running, frozen for an instant: ``frozen_ms``). Sandboxes are made from it
+        with ``create(image=snap.ref)`` (``"snapshot:NAME"``). :class:`AlreadyExists`
+        if the name is taken."""
+        return self._c._send(_Ops.create_snapshot(self.id, name, labels))
+
+    def fork(self, count: int = 1, *, labels: ForkLabels | None = None, ephemeral: bool = True) -> Forks[Sandbox]:
+        """Make ``count`` running copies of the sandbox's files as they are now, and
+        return their handles. Each has the source's settings but none of its
+        processes, and not its labels: ``labels`` (one mapping for every copy, or a
+        list with one per copy) and ``berth.fork_of=<this id>``. As :meth:`Berth.create`'s,
+        each handle deletes its copy on leaving a ``with`` block unless ``ephemeral=False``."""
+        res = self._c._send(_Ops.fork(self.id, count, labels))
+        return Forks(
+            (Sandbox(self._c, SandboxInfo.from_json(s), ephemeral=ephemeral) for s in res["sandboxes"]),
+            str(res.get("snapshot") or ""),
+            float(res.get("frozen_ms") or 0),
+        )
+
+    def diff(self, against: str | Snapshot | None = None) -> Diff:
+        """What the sandbox changed since its image, or since snapshot ``against``
+        (a name, ``snapshot:NAME`` or a :class:`Snapshot`): added, modified and
+        deleted paths. A running sandbox is read as it is (snapshot first for a still view)."""
+        return self._c._send(_Ops.diff(self.id, against, "json"))
+
+    def diff_tar(self, against: str | Snapshot | None = None) -> bytes:
+        """The changes as a layer tar: what was added and modified, and a whiteout
+        (``.wh.NAME``) for each deletion; :meth:`apply_tar` applies it to another sandbox."""
+        return self._c._send(_Ops.diff(self.id, against, "tar"))
+
+    def diff_patch(self, against: str | Snapshot | None = None) -> str:
+        """The changes as a unified text diff (binary and large files are named, not shown)."""
+        return self._c._send(_Ops.diff(self.id, against, "patch"))
+
+    def apply(self, from_: Sandbox | Snapshot | str, *, overwrite: bool = False) -> ApplyResult:
+        """Merge what another sandbox (a handle or an id) or a snapshot (a :class:`Snapshot`
+        or ``"snapshot:NAME"``) changed over its own base into this running sandbox.
+        If both changed a path differently nothing is applied: :class:`Conflict` with
+        ``reason == "merge_conflict"`` and the paths in ``.paths``; with ``overwrite``
+        theirs win (listed in the result's ``conflicts``)."""
+        return self._c._send(_Ops.apply(self.id, from_, overwrite))
+
+    def apply_tar(self, tar: Body) -> ApplyResult:
+        """Apply a layer tar (another sandbox's :meth:`diff_tar`, from this daemon or
+        another) as it comes, whiteouts deleting: there is no base, so no conflicts."""
+        return self._c._send(_Ops.apply_tar(self.id, tar))
 
     # exec
     def exec(
@@ -901,6 +1076,19 @@ class Berth:
     def delete(self, id: str) -> None:
         self._send(_Ops.delete(id))
 
+    # snapshots: taken with Sandbox.snapshot, used with create(image="snapshot:NAME")
+    def list_snapshots(self, labels: Mapping[str, str] | None = None, *, selector: str | None = None) -> list[Snapshot]:
+        """The named snapshots whose labels match (all without ``labels`` or ``selector``)."""
+        return self._send(_Ops.list_snapshots(labels, selector))
+
+    def get_snapshot(self, name: str) -> Snapshot:
+        """A snapshot by name, ``snapshot:NAME`` or id, with the sandboxes made from it (``in_use``)."""
+        return self._send(_Ops.get_snapshot(name))
+
+    def delete_snapshot(self, name: str | Snapshot) -> None:
+        """Remove a snapshot; :class:`Conflict` naming them while sandboxes are made from it."""
+        self._send(_Ops.delete_snapshot(name.id if isinstance(name, Snapshot) else name))
+
     def runtimes(self) -> list[dict[str, Any]]:
         """The daemon's runtimes: each available one with what it can do on this host
         (limits, ceilings, stop/start, network modes, …), the others with why they cannot run here."""
@@ -1020,6 +1208,48 @@ class AsyncSandbox(_FileMixin, _PortsMixin):
 
     async def delete(self) -> None:
         await self._c.delete(self.id)
+
+    async def refresh(self) -> SandboxInfo:
+        self.info = await self._c._send(_Ops.get(self.id))
+        return self.info
+
+    async def pause(self) -> SandboxInfo:
+        """As :meth:`Sandbox.pause`."""
+        self.info = await self._c._send(_Ops.lifecycle(self.id, "pause"))
+        return self.info
+
+    async def resume(self) -> SandboxInfo:
+        self.info = await self._c._send(_Ops.lifecycle(self.id, "resume"))
+        return self.info
+
+    async def snapshot(self, name: str, *, labels: Mapping[str, str] | None = None) -> Snapshot:
+        """As :meth:`Sandbox.snapshot`."""
+        return await self._c._send(_Ops.create_snapshot(self.id, name, labels))
+
+    async def fork(self, count: int = 1, *, labels: ForkLabels | None = None, ephemeral: bool = True) -> Forks[AsyncSandbox]:
+        """As :meth:`Sandbox.fork`."""
+        res = await self._c._send(_Ops.fork(self.id, count, labels))
+        return Forks(
+            (AsyncSandbox(self._c, SandboxInfo.from_json(s), ephemeral=ephemeral) for s in res["sandboxes"]),
+            str(res.get("snapshot") or ""),
+            float(res.get("frozen_ms") or 0),
+        )
+
+    async def diff(self, against: str | Snapshot | None = None) -> Diff:
+        return await self._c._send(_Ops.diff(self.id, against, "json"))
+
+    async def diff_tar(self, against: str | Snapshot | None = None) -> bytes:
+        return await self._c._send(_Ops.diff(self.id, against, "tar"))
+
+    async def diff_patch(self, against: str | Snapshot | None = None) -> str:
+        return await self._c._send(_Ops.diff(self.id, against, "patch"))
+
+    async def apply(self, from_: AsyncSandbox | Snapshot | str, *, overwrite: bool = False) -> ApplyResult:
+        """As :meth:`Sandbox.apply`."""
+        return await self._c._send(_Ops.apply(self.id, from_, overwrite))
+
+    async def apply_tar(self, tar: bytes) -> ApplyResult:
+        return await self._c._send(_Ops.apply_tar(self.id, tar))
 
     async def exec(self, cmd: Sequence[str] | str, **kw: Any) -> ExecResult:
         """Run a command and wait for it (keywords as :meth:`Sandbox.exec`)."""
@@ -1181,6 +1411,15 @@ class AsyncBerth:
     async def delete(self, id: str) -> None:
         await self._send(_Ops.delete(id))
 
+    async def list_snapshots(self, labels: Mapping[str, str] | None = None, *, selector: str | None = None) -> list[Snapshot]:
+        return await self._send(_Ops.list_snapshots(labels, selector))
+
+    async def get_snapshot(self, name: str) -> Snapshot:
+        return await self._send(_Ops.get_snapshot(name))
+
+    async def delete_snapshot(self, name: str | Snapshot) -> None:
+        await self._send(_Ops.delete_snapshot(name.id if isinstance(name, Snapshot) else name))
+
     async def runtimes(self) -> list[dict[str, Any]]:
         return await self._send(_Ops.runtimes())
 
@@ -1234,4 +1473,15 @@ class AsyncBerth:
         return await self._send(_Ops.pools())
 
 
-__all__ = ["ACCESS_TOKEN_HEADER", "DEFAULT_URL", "AsyncBerth", "AsyncSandbox", "AsyncTerminal", "Berth", "BerthError", "Sandbox", "Terminal"]
+__all__ = [
+    "ACCESS_TOKEN_HEADER",
+    "DEFAULT_URL",
+    "AsyncBerth",
+    "AsyncSandbox",
+    "AsyncTerminal",
+    "Berth",
+    "BerthError",
+    "Forks",
+    "Sandbox",
+    "Terminal",
+]

@@ -17,6 +17,10 @@
 sandbox's guest agent), where deepagents' ``BaseSandbox`` would pipe Python
 scripts through ``execute``; their results and error texts follow
 ``BaseSandbox``'s.
+
+``fork(n)`` branches: n backends over copies of the sandbox's files, for
+agents that try several ways; ``backend.sandbox.apply(winner.sandbox)``
+merges the one that worked back.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import posixpath
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from deepagents.backends.protocol import (
@@ -123,6 +128,21 @@ class BerthSandbox(BaseSandbox):
     def sandbox(self) -> Sandbox:
         """The berth sandbox behind this backend."""
         return self._sb
+
+    def fork(
+        self, n: int = 1, *, labels: Mapping[str, str] | Sequence[Mapping[str, str]] | None = None
+    ) -> list[BerthSandbox]:
+        """``n`` new backends, each over a copy of this sandbox's files as they are
+        now (:meth:`berth.Sandbox.fork`: no processes; ``labels`` for every copy, or
+        one mapping per copy), with this backend's timeout and output bound. The
+        copies are kept until deleted (``backend.sandbox.delete()``)."""
+        copies = self._sb.fork(n, labels=labels, ephemeral=False)
+        return [BerthSandbox(sandbox=sb, timeout=self._timeout, max_output_bytes=self._max_output) for sb in copies]
+
+    async def afork(
+        self, n: int = 1, *, labels: Mapping[str, str] | Sequence[Mapping[str, str]] | None = None
+    ) -> list[BerthSandbox]:
+        return await asyncio.to_thread(lambda: self.fork(n, labels=labels))
 
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
         """Run ``command`` with ``/bin/sh -c``; a timeout returns exit code 124 and a message."""

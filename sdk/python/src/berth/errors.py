@@ -2,25 +2,37 @@
 
 Every API error has a class (``not_found``, ``invalid_argument``, ...) and,
 for file operations and ports, sometimes a reason (``is_directory``,
-``invalid_path``, ..., and ``port_closed``: :class:`Unavailable` from a port
-that nothing listens on). The SDK raises the subclass of :class:`BerthError`
-for the class; :func:`error_for` turns an error answer of a port's URL into
-the same exception.
+``invalid_path``, ..., ``port_closed``: :class:`Unavailable` from a port
+that nothing listens on, and ``merge_conflict``: :class:`Conflict` from an
+apply refused because both sides changed the same paths, listed in
+``paths``). The SDK raises the subclass of :class:`BerthError` for the
+class; :func:`error_for` turns an error answer of a port's URL into the
+same exception.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+MERGE_CONFLICT = "merge_conflict"
+"""The reason of the :class:`Conflict` of an apply that both sides' changes to
+the same paths refused (``paths`` lists them; nothing was applied)."""
+
 
 class BerthError(Exception):
-    """An error answered by the berth daemon (or the failure to reach it)."""
+    """An error answered by the berth daemon (or the failure to reach it).
+    ``paths`` are the paths it is about (an apply's conflicts), else empty."""
 
     error_class: str = "internal"
 
-    def __init__(self, message: str, *, reason: str | None = None, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, reason: str | None = None, status: int | None = None, paths: Sequence[str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.reason = reason
         self.status = status
+        self.paths: list[str] = list(paths or [])
 
 
 class NotFound(BerthError):
@@ -122,7 +134,13 @@ def error_for(status: int, body: object) -> BerthError:
     if isinstance(err, dict) and isinstance(err.get("message"), str):
         cls = _BY_CLASS.get(str(err.get("class")), InternalError)
         reason = err.get("reason")
-        return cls(err["message"], reason=reason if isinstance(reason, str) else None, status=status)
+        paths = err.get("paths")
+        return cls(
+            err["message"],
+            reason=reason if isinstance(reason, str) else None,
+            status=status,
+            paths=[str(p) for p in paths] if isinstance(paths, list) else None,
+        )
     cls = _BY_STATUS.get(status, InternalError)
     return cls(f"HTTP {status}", status=status)
 
@@ -133,6 +151,7 @@ def error_from_class(error_class: str, message: str, reason: str | None = None) 
 
 
 __all__ = [
+    "MERGE_CONFLICT",
     "AlreadyExists",
     "BerthError",
     "Conflict",

@@ -186,6 +186,130 @@ class Port:
         )
 
 
+SNAPSHOT_PREFIX = "snapshot:"
+"""Begins an image reference that names a snapshot: ``create(image="snapshot:NAME")``."""
+
+
+@dataclass
+class Snapshot:
+    """A sandbox's files at one instant, usable as an image (:attr:`ref`)."""
+
+    id: str
+    name: str = ""
+    # The sandbox it was taken of (which may be gone since).
+    sandbox: str = ""
+    # The image that sandbox was made from; base_image_id the stored image
+    # under the snapshot's layers ("" for the host image).
+    image: str = ""
+    base_image_id: str = ""
+    # The snapshot that sandbox was made from, if any.
+    parent: str = ""
+    # What the snapshot's own layer holds: what the sandbox changed.
+    size_bytes: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    # How long the sandbox's processes were frozen for the capture.
+    frozen_ms: float = 0.0
+    created_at: str = ""
+    # The sandboxes made from it (get_snapshot only).
+    in_use: list[str] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        """The image reference that names it: ``snapshot:NAME`` (its id when unnamed)."""
+        return SNAPSHOT_PREFIX + (self.name or self.id)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Snapshot:
+        return cls(
+            id=str(d["id"]),
+            name=str(d.get("name") or ""),
+            sandbox=str(d.get("sandbox") or ""),
+            image=str(d.get("image") or ""),
+            base_image_id=str(d.get("base_image_id") or ""),
+            parent=str(d.get("parent") or ""),
+            size_bytes=int(d.get("size_bytes") or 0),
+            labels=dict(d.get("labels") or {}),
+            frozen_ms=float(d.get("frozen_ms") or 0),
+            created_at=str(d.get("created_at") or ""),
+            in_use=[str(s) for s in d.get("in_use") or []],
+            raw=d,
+        )
+
+
+@dataclass
+class Change:
+    """One path a sandbox changed: ``kind`` is added, modified or deleted;
+    ``type`` the entry's (the old one's when deleted): file, dir, symlink, …"""
+
+    path: str
+    kind: str
+    type: str = ""
+    # Permission bits with setuid, setgid and sticky.
+    mode: int = 0
+    size: int = 0
+    uid: int = 0
+    gid: int = 0
+    # A symlink's target.
+    link: str = ""
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Change:
+        return cls(
+            path=str(d["path"]),
+            kind=str(d.get("kind") or ""),
+            type=str(d.get("type") or ""),
+            mode=int(d.get("mode") or 0),
+            size=int(d.get("size") or 0),
+            uid=int(d.get("uid") or 0),
+            gid=int(d.get("gid") or 0),
+            link=str(d.get("link") or ""),
+        )
+
+
+def _changes(v: Any) -> list[Change]:
+    return [Change.from_json(c) for c in v or []]
+
+
+@dataclass
+class Diff:
+    """What a sandbox changed over ``against``: its image, or ``snapshot:NAME``."""
+
+    against: str
+    changes: list[Change] = field(default_factory=list)
+
+    def paths(self, kind: str | None = None) -> list[str]:
+        """The changed paths, or those of one kind (added, modified, deleted)."""
+        return [c.path for c in self.changes if kind is None or c.kind == kind]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Diff:
+        return cls(against=str(d.get("against") or ""), changes=_changes(d.get("changes")))
+
+
+@dataclass
+class ApplyResult:
+    """What an apply changed: the changes applied (none listed for a tar,
+    applied as it came), the paths both sides changed (theirs won, with
+    overwrite), and the entries written, deletions made and bytes written."""
+
+    changes: list[Change] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    entries: int = 0
+    whiteouts: int = 0
+    bytes: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ApplyResult:
+        return cls(
+            changes=_changes(d.get("changes")),
+            conflicts=[str(p) for p in d.get("conflicts") or []],
+            entries=int(d.get("entries") or 0),
+            whiteouts=int(d.get("whiteouts") or 0),
+            bytes=int(d.get("bytes") or 0),
+        )
+
+
 class FileInfo(TypedDict):
     """A file as stat, list and glob describe it."""
 
@@ -250,6 +374,10 @@ class FileResult(TypedDict):
 
 
 __all__ = [
+    "SNAPSHOT_PREFIX",
+    "ApplyResult",
+    "Change",
+    "Diff",
     "ExecEvent",
     "ExecResult",
     "FileInfo",
@@ -263,6 +391,7 @@ __all__ = [
     "Process",
     "ReadResult",
     "SandboxInfo",
+    "Snapshot",
     "TTY",
     "TerminalEvent",
 ]
