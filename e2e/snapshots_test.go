@@ -209,7 +209,7 @@ func TestFork(t *testing.T) {
 		t.Fatalf("fork of a fresh sandbox: %+v %v", fresh, err)
 	}
 	mustExec(t, c, sb.ID, "mkdir -p /home/user/work && seq 1 1000 > /home/user/work/data && echo state > /home/user/state")
-	p, err := c.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "while :; do date +%s%N > /home/user/clock; sleep 0.01; done"})
+	p, err := c.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "while :; do date +%s%N > /home/user/clock.tmp; mv /home/user/clock.tmp /home/user/clock; sleep 0.01; done"})
 	if err != nil {
 		t.Fatal(err)
 	}
