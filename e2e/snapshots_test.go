@@ -769,11 +769,15 @@ func TestArchiveAfter(t *testing.T) {
 		ids = append(ids, sb.ID)
 	}
 	for _, id := range ids {
+		dir := filepath.Join(d.state, "runtimes", "native", "sandboxes", id)
+		// The archive is on record before the layer goes (a crash between
+		// leaves both): wait for both.
 		waitFor(t, 15*time.Second, func() bool {
 			sb, err := c.GetSandbox(ctx, id)
-			return err == nil && sb.Archived
+			_, upper := os.Lstat(filepath.Join(dir, "upper"))
+			_, disk := os.Lstat(filepath.Join(dir, "disk.img"))
+			return err == nil && sb.Archived && upper != nil && disk != nil
 		})
-		dir := filepath.Join(d.state, "runtimes", "native", "sandboxes", id)
 		for _, p := range []string{"upper", "work", "disk.img", "disk"} {
 			if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
 				t.Fatalf("%s: %s is still there after the archive", id, p)
