@@ -707,7 +707,7 @@ func TestApplyTar(t *testing.T) {
 	if out := mustExec(t, c, b.ID, "cat /opt/tool/run.sh; stat -c %a /opt/tool/run.sh; test -e /etc/debian_version || echo gone"); out != "run\n750\ngone\n" {
 		t.Fatalf("after the tar: %q", out)
 	}
-	before := mustExec(t, c, b.ID, "ls -la / /etc /tmp | md5sum")
+	before := mustExec(t, c, b.ID, "ls -A / /etc /tmp /home/user | md5sum; md5sum /etc/passwd")
 	for name, entries := range map[string][]tar.Header{
 		"a path climbing out": {{Name: "ok.txt", Typeflag: tar.TypeReg}, {Name: "../../escape.txt", Typeflag: tar.TypeReg}},
 		"an absolute climb":   {{Name: "/etc/../../escape.txt", Typeflag: tar.TypeReg}},
@@ -733,7 +733,7 @@ func TestApplyTar(t *testing.T) {
 		if _, err := c.ApplyTar(ctx, b.ID, &buf); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("%s: %v", name, err)
 		}
-		if out := mustExec(t, c, b.ID, "ls -la / /etc /tmp | md5sum"); out != before {
+		if out := mustExec(t, c, b.ID, "ls -A / /etc /tmp /home/user | md5sum; md5sum /etc/passwd"); out != before {
 			t.Errorf("%s changed the sandbox", name)
 		}
 	}
