@@ -54,6 +54,7 @@ func main() {
 	flag.IntVar(&cfg.snapFiles, "snap-files", 1000, "files the snapshotted sandbox writes")
 	flag.Int64Var(&cfg.snapBytes, "snap-bytes", 100<<20, "bytes the snapshotted sandbox writes, over its files")
 	flag.IntVar(&cfg.diffFiles, "diff-files", 10000, "files the diffed sandbox writes")
+	flag.BoolVar(&cfg.snapHostOnly, "snap-host-only", false, "measure snapshots on the bench's disk only (not also on a journaled ext4 and an XFS made in image files)")
 	flag.IntVar(&cfg.portsRequests, "ports-requests", 100, "round trips in each batch")
 	flag.IntVar(&cfg.portsIdle, "ports-idle", 1000, "idle WebSockets held open for the daemon's memory")
 	flag.IntVar(&cfg.pullRounds, "pull-rounds", 10, "first pulls of the image from the bench's registry")

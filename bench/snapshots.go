@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/berthsh/berth/api"
 )
 
@@ -22,8 +24,116 @@ import (
 // round. A process in the changed sandbox keeps a tight loop and records
 // the longest gap it saw between two turns: the freeze as it felt it.
 
-func (s *suite) snapshots(ctx context.Context) (err error) {
-	d, err := startDaemon(ctx, s.cfg.berth, s.cfg.work, "berth-snapshots", 2, s.log)
+// snapFS is a file system the snapshots step runs a daemon's state on.
+type snapFS struct {
+	name string // in the rows: "host ext4 (no journal)", …
+	mkfs []string
+	// work is where the daemon's state goes ("": the bench's work dir).
+	work string
+}
+
+// snapshots runs the measurements with the daemon's state on the bench's
+// own disk, and again on file systems made in image files on that disk:
+// a journaled ext4 (most hosts' default) and an XFS with reflinks, where
+// a snapshot shares its blocks with the sandbox's layer. The diff of
+// 10,000 files runs on the first only.
+func (s *suite) snapshots(ctx context.Context) error {
+	var st unix.Statfs_t
+	host := "the bench's disk"
+	if unix.Statfs(s.cfg.work, &st) == nil {
+		switch st.Type {
+		case unix.EXT4_SUPER_MAGIC:
+			host = "host ext4"
+			if b, err := os.ReadFile("/proc/mounts"); err == nil && !journaled(string(b), s.cfg.work) {
+				host += " (no journal)"
+			}
+		case unix.XFS_SUPER_MAGIC:
+			host = "host XFS"
+		}
+	}
+	fss := []snapFS{{name: host}}
+	if !s.cfg.snapHostOnly {
+		fss = append(fss,
+			snapFS{name: "ext4 image (journaled)", mkfs: []string{"mkfs.ext4", "-q", "-F", "-m", "0"}},
+			snapFS{name: "XFS image (reflink=1)", mkfs: []string{"mkfs.xfs", "-q", "-f", "-m", "reflink=1"}})
+	}
+	for i, fs := range fss {
+		if fs.mkfs != nil {
+			dir, cleanup, err := mountImage(ctx, s.cfg.work, fmt.Sprintf("snapfs-%d", i), fs.mkfs, 4<<30)
+			if err != nil {
+				s.log.Warn("snapshots: no "+fs.name, "err", err)
+				s.res.Metrics = append(s.res.Metrics, Metric{Group: "snapshots", Name: "snapshot of a changed sandbox", Subject: "berth, " + fs.name,
+					Unit: "ms", NotMeasured: firstLine(err.Error())})
+				continue
+			}
+			fs.work = dir
+			err = s.snapshotsOn(ctx, fs, false)
+			cleanup()
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		fs.work = s.cfg.work
+		if err := s.snapshotsOn(ctx, fs, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// journaled says whether the ext4 mount that holds dir has a journal:
+// jbd2 lists each journal it runs as /proc/fs/jbd2/<device>-<inode>.
+func journaled(mounts, dir string) bool {
+	best, dev := "", ""
+	for _, line := range strings.Split(mounts, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[2] != "ext4" {
+			continue
+		}
+		if strings.HasPrefix(dir, f[1]) && len(f[1]) > len(best) {
+			best, dev = f[1], filepath.Base(f[0])
+		}
+	}
+	found, _ := filepath.Glob("/proc/fs/jbd2/" + dev + "-*")
+	return len(found) > 0
+}
+
+// mountImage makes a file system of size bytes with mkfs in a sparse file
+// in work and mounts it; cleanup unmounts it and removes both.
+func mountImage(ctx context.Context, work, name string, mkfs []string, size int64) (string, func(), error) {
+	img, dir := filepath.Join(work, name+".img"), filepath.Join(work, name)
+	f, err := os.Create(img)
+	if err != nil {
+		return "", nil, err
+	}
+	err = f.Truncate(size)
+	f.Close()
+	if err != nil {
+		os.Remove(img)
+		return "", nil, err
+	}
+	if out, err := exec.CommandContext(ctx, mkfs[0], append(mkfs[1:], img)...).CombinedOutput(); err != nil {
+		os.Remove(img)
+		return "", nil, fmt.Errorf("%s: %v: %s", mkfs[0], err, strings.TrimSpace(string(out)))
+	}
+	os.MkdirAll(dir, 0o711)
+	if out, err := exec.CommandContext(ctx, "mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
+		os.Remove(img)
+		return "", nil, fmt.Errorf("mount: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	os.Chmod(dir, 0o711)
+	return dir, func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "umount %s: %v: %s\n", dir, err, out)
+		}
+		os.Remove(dir)
+		os.Remove(img)
+	}, nil
+}
+
+func (s *suite) snapshotsOn(ctx context.Context, fs snapFS, withDiff bool) (err error) {
+	d, err := startDaemon(ctx, s.cfg.berth, fs.work, "berth-snapshots", 2, s.log)
 	if err != nil {
 		return err
 	}
@@ -143,24 +253,26 @@ while True:
 		fork(big.ID, 10, fork10, r)
 	}
 	// Diff: a sandbox that changed 10,000 small files.
-	many, err := d.create(ctx)
-	if err != nil {
-		return err
-	}
-	mk := fmt.Sprintf(`mkdir -p /home/user/many && cd /home/user/many && for i in $(seq 1 %d); do echo $i > f$i; done`, diffFiles)
-	if r, err := d.client.Exec(ctx, many.ID, api.ExecRequest{Shell: mk, TimeoutMs: 300000}); err != nil || r.ExitCode != 0 {
-		return fmt.Errorf("make %d files: %v %s", diffFiles, err, r.Stderr)
-	}
 	var listed int
-	for r := range rounds {
-		t0 := time.Now()
-		res, err := d.client.Diff(ctx, many.ID, "")
+	if withDiff {
+		many, err := d.create(ctx)
 		if err != nil {
-			fail("diff", err)
-			continue
+			return err
 		}
-		diffs[r] = time.Since(t0)
-		listed = len(res.Changes)
+		mk := fmt.Sprintf(`mkdir -p /home/user/many && cd /home/user/many && for i in $(seq 1 %d); do echo $i > f$i; done`, diffFiles)
+		if r, err := d.client.Exec(ctx, many.ID, api.ExecRequest{Shell: mk, TimeoutMs: 300000}); err != nil || r.ExitCode != 0 {
+			return fmt.Errorf("make %d files: %v %s", diffFiles, err, r.Stderr)
+		}
+		for r := range rounds {
+			t0 := time.Now()
+			res, err := d.client.Diff(ctx, many.ID, "")
+			if err != nil {
+				fail("diff", err)
+				continue
+			}
+			diffs[r] = time.Since(t0)
+			listed = len(res.Changes)
+		}
 	}
 	gapMs := -1.0
 	if b, err := d.client.ReadFile(ctx, big.ID, "/home/user/gap"); err == nil {
@@ -169,7 +281,7 @@ while True:
 
 	note := strings.Join(failures, "; ")
 	add := func(name, subject string, got series, t *Target) {
-		m := Metric{Group: "snapshots", Name: name, Subject: subject, Unit: "ms", Target: t}
+		m := Metric{Group: "snapshots", Name: name, Subject: subject + ", " + fs.name, Unit: "ms", Target: t}
 		if samples := got.ms(); len(samples) > 0 {
 			sum := summarize(samples)
 			m.Summary, m.Samples = &sum, samples
@@ -183,7 +295,7 @@ while True:
 	add("fork of a fresh sandbox, 1 copy running (from the warm pool)", "berth", forkFresh, &Target{Stat: "p50", AtMost: true, Limit: 10})
 	add("snapshot of "+changed, "berth", snapBig, &Target{Stat: "p50", AtMost: true, Limit: 150})
 	add("the same sandbox's writable layer copied with `cp -a` on the same disk", "cp -a", cpBig, nil)
-	ratio := Metric{Group: "snapshots", Name: "snapshot over `cp -a` of the same layer, per round", Subject: "berth", Unit: "×",
+	ratio := Metric{Group: "snapshots", Name: "snapshot over `cp -a` of the same layer, per round", Subject: "berth, " + fs.name, Unit: "×",
 		Target: &Target{Stat: "p50", AtMost: true, Limit: 1}}
 	if r := ratios(snapBig, cpBig); len(r) > 0 {
 		sum := summarize(r)
@@ -194,14 +306,16 @@ while True:
 	s.res.Metrics = append(s.res.Metrics, ratio)
 	add("fork of "+changed+", 1 copy running", "berth", forkBig, &Target{Stat: "p50", AtMost: true, Limit: 150})
 	add("fork of "+changed+", 10 copies running", "berth", fork10, nil)
-	add(fmt.Sprintf("diff of a sandbox that changed %d files (JSON list, %d changes)", diffFiles, listed), "berth", diffs, &Target{Stat: "p50", AtMost: true, Limit: 200})
-	fm := Metric{Group: "snapshots", Name: "freeze of the running sandbox per snapshot (the daemon's frozen_ms)", Subject: "berth", Unit: "ms"}
+	if withDiff {
+		add(fmt.Sprintf("diff of a sandbox that changed %d files (JSON list, %d changes)", diffFiles, listed), "berth", diffs, &Target{Stat: "p50", AtMost: true, Limit: 200})
+	}
+	fm := Metric{Group: "snapshots", Name: "freeze of the running sandbox per snapshot (the daemon's frozen_ms)", Subject: "berth, " + fs.name, Unit: "ms"}
 	if len(frozen) > 0 {
 		sum := summarize(frozen)
 		fm.Summary, fm.Samples = &sum, frozen
 	}
 	s.res.Metrics = append(s.res.Metrics, fm)
-	gm := Metric{Group: "snapshots", Name: "longest stall a running process saw across every snapshot and fork (its own clock, 0.5 ms sleeps)", Subject: "berth", Unit: "ms"}
+	gm := Metric{Group: "snapshots", Name: "longest stall a running process saw across every snapshot and fork (its own clock, 0.5 ms sleeps)", Subject: "berth, " + fs.name, Unit: "ms"}
 	if gapMs >= 0 {
 		gm.Value = &gapMs
 	} else {

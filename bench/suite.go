@@ -47,6 +47,7 @@ type config struct {
 	snapFiles     int           // files the changed sandbox wrote (of snapBytes/snapFiles bytes each)
 	snapBytes     int64         // bytes it wrote
 	diffFiles     int           // files the diffed sandbox changed
+	snapHostOnly  bool          // the snapshots step on the bench's disk only, not on ext4 and XFS images too
 	only          []string      // the steps to run (by key; empty: all)
 }
 
