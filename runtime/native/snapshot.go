@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/berthsh/berth/cgroup"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/layerdiff"
 	"github.com/berthsh/berth/runtime"
@@ -22,7 +23,18 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	return g.Freeze(ctx)
+	return freeze(ctx, g, id)
+}
+
+// freeze freezes sandbox id's group. A group made by a daemon from before
+// the freezer (v1) has no freezer directory: that is a conflict its
+// restart resolves.
+func freeze(ctx context.Context, g cgroup.Group, id string) error {
+	err := g.Freeze(ctx)
+	if errors.Is(err, os.ErrNotExist) {
+		return errdefs.New(errdefs.Conflict, "sandbox %s was started by an older berth whose sandboxes cannot be frozen: stop and start it once (%v)", id, err)
+	}
+	return err
 }
 
 // Resume implements runtime.Pauser.
@@ -81,7 +93,7 @@ func (r *Runtime) Capture(ctx context.Context, id string, users runtime.IDMap, s
 	}
 	o.Since = first.Add(-layerdiff.SinceMargin)
 	t0 := time.Now()
-	if err := g.Freeze(ctx); err != nil {
+	if err := freeze(ctx, g, id); err != nil {
 		return runtime.Capture{}, fmt.Errorf("sandbox %s: freeze: %w", id, err)
 	}
 	st, err := layerdiff.Copy(dst, upper, o)
