@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -819,4 +820,73 @@ func TestArchiveAfter(t *testing.T) {
 			t.Fatalf("%s left %v", id, tr)
 		}
 	}
+}
+
+// TestSnapshotCLI drives the commands: snapshot create, ls, inspect and
+// rm, fork, diff (list, patch, tar), apply (from a sandbox, a conflict,
+// a tar), pause and resume.
+func TestSnapshotCLI(t *testing.T) {
+	d := startDaemon(t, "")
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		out, errOut, code := d.cli(stdin, args...)
+		if code != 0 {
+			t.Fatalf("berth %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return out
+	}
+	id := strings.TrimSpace(run("", "create", "--user", "root"))
+	run("", "exec", id, "--", "sh", "-c", "echo one > /root/f && rm /etc/debian_version")
+	if out := run("", "snapshot", "create", "-l", "k=v", id, "first"); !strings.HasPrefix(out, "first\t") {
+		t.Fatalf("snapshot create: %q", out)
+	}
+	if out := run("", "snapshot", "ls", "-s", "k=v"); !strings.Contains(out, "first") || !strings.Contains(out, id) {
+		t.Fatalf("snapshot ls: %q", out)
+	}
+	var sn api.Snapshot
+	if err := json.Unmarshal([]byte(run("", "snapshot", "inspect", "first")), &sn); err != nil || sn.Sandbox != id {
+		t.Fatalf("snapshot inspect: %+v %v", sn, err)
+	}
+	forks := strings.Fields(run("", "fork", id, "-n", "2", "-l", "try=x"))
+	if len(forks) != 2 {
+		t.Fatalf("fork: %v", forks)
+	}
+	run("", "exec", forks[0], "--", "sh", "-c", "echo two > /root/f")
+	run("", "exec", forks[1], "--", "sh", "-c", "echo three > /root/f")
+	if out := run("", "diff", forks[0], "--against", "first"); out != "M /root/f\n" {
+		t.Fatalf("diff against the snapshot: %q", out)
+	}
+	if out := run("", "diff", id); !strings.Contains(out, "A /root/f\n") || !strings.Contains(out, "D /etc/debian_version\n") {
+		t.Fatalf("diff: %q", out)
+	}
+	if out := run("", "diff", forks[0], "--format", "patch", "--against", "first"); !strings.Contains(out, "-one\n+two\n") {
+		t.Fatalf("diff --format patch: %q", out)
+	}
+	if out := run("", "apply", id, "--from", forks[0]); !strings.Contains(out, "M /root/f") {
+		t.Fatalf("apply: %q", out)
+	}
+	out, errOut, code := d.cli("", "apply", id, "--from", forks[1])
+	if code == 0 || !strings.Contains(errOut, "conflicts:\n  /root/f") {
+		t.Fatalf("a conflicting apply: exit %d: %s%s", code, out, errOut)
+	}
+	tarFile := filepath.Join(t.TempDir(), "changes.tar")
+	tarBytes := run("", "diff", forks[1], "--format", "tar", "--against", "first")
+	os.WriteFile(tarFile, []byte(tarBytes), 0o644)
+	if out := run("", "apply", id, "--tar", tarFile); !strings.Contains(out, " entries, 0 deletions, 6 B") {
+		t.Fatalf("apply --tar: %q", out)
+	}
+	if out := run("", "exec", id, "--", "cat", "/root/f"); out != "three\n" {
+		t.Fatalf("after apply --tar: %q", out)
+	}
+	run("", "pause", id)
+	if _, errOut, code := d.cli("", "exec", id, "--", "true"); code == 0 || !strings.Contains(errOut, "paused") {
+		t.Fatalf("exec while paused: exit %d: %s", code, errOut)
+	}
+	run("", "resume", id)
+	run("", "exec", id, "--", "true")
+	if _, errOut, code := d.cli("", "snapshot", "rm", "first"); code == 0 || !strings.Contains(errOut, "in use") {
+		t.Fatalf("snapshot rm of a snapshot in use: exit %d: %s", code, errOut)
+	}
+	run("", "rm", forks[0], forks[1])
+	run("", "snapshot", "rm", "first")
 }
