@@ -884,9 +884,13 @@ func TestSnapshotCLI(t *testing.T) {
 	}
 	run("", "resume", id)
 	run("", "exec", id, "--", "true")
+	from := strings.TrimSpace(run("", "create", "--image", "snapshot:first"))
+	if out := run("", "exec", from, "--", "cat", "/root/f"); out != "one\n" {
+		t.Fatalf("a sandbox of the snapshot: %q", out)
+	}
 	if _, errOut, code := d.cli("", "snapshot", "rm", "first"); code == 0 || !strings.Contains(errOut, "in use") {
 		t.Fatalf("snapshot rm of a snapshot in use: exit %d: %s", code, errOut)
 	}
-	run("", "rm", forks[0], forks[1])
+	run("", "rm", forks[0], forks[1], from)
 	run("", "snapshot", "rm", "first")
 }
