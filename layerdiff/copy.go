@@ -34,13 +34,19 @@ type CopyOptions struct {
 	// Since, when set, makes the pass incremental: dst holds what an earlier
 	// Copy of the same layer made, a pass that began at Since (less
 	// SinceMargin). Entries whose ctime is Since or later (Since rounded
-	// down to the second, for file systems that keep whole seconds),
+	// down to the second, for file systems that keep whole seconds, unless
+	// FineTimes),
 	// hard-linked files, and entries missing from dst or of another type
 	// there are copied again, entries gone from the layer are removed from
 	// dst, and directories' attributes are set again: dst becomes an exact
 	// copy after one walk of the layer and what changed. A pass without
 	// Since copies everything (over whatever dst held).
 	Since time.Time
+	// FineTimes says the layer's file system keeps ctimes finer than a
+	// second (an earlier pass's CopyStats.FineTimes): Since is then taken
+	// as it is, and a file written just before a snapshot is not copied
+	// again while the sandbox is frozen.
+	FineTimes bool
 	// Live says the sandbox may still be running: this pass is a first one,
 	// to be followed by one with Since while the sandbox is frozen. An entry
 	// that changes while it is copied is then left to that pass (counted in
@@ -61,6 +67,10 @@ type CopyStats struct {
 	Removed     int   // entries this pass removed from dst, those it made again included
 	Changed     int   // entries that changed while they were read, left to the next pass (Live)
 	Reflinked   bool  // some content was reflinked (shared with the layer's file), not copied
+	// FineTimes says an entry this pass looked at had a ctime with
+	// nanoseconds: its file system keeps times finer than a second (on one
+	// that keeps whole seconds every ctime's nanoseconds are 0).
+	FineTimes bool
 }
 
 // Copy copies the layer in directory upper into directory dst, an empty
@@ -95,7 +105,10 @@ func Copy(dst, upper string, o CopyOptions) (CopyStats, error) {
 	}
 	c := &copier{o: o, root: root, links: map[[2]uint64]string{}}
 	if !o.Since.IsZero() {
-		c.since = o.Since.Truncate(time.Second).UnixNano()
+		c.since = o.Since.UnixNano()
+		if !o.FineTimes {
+			c.since = o.Since.Truncate(time.Second).UnixNano()
+		}
 	}
 	c.start(min(4, runtime.GOMAXPROCS(0)*2))
 	_, err = c.dir(src, root, "", &st, false, 0)
@@ -107,6 +120,7 @@ func Copy(dst, upper string, o CopyOptions) (CopyStats, error) {
 	}
 	c.stats.Changed += int(c.changed.Load())
 	c.stats.Reflinked = c.reflinked.Load()
+	c.stats.FineTimes = c.fine.Load()
 	return c.stats, err
 }
 
@@ -137,6 +151,14 @@ type copier struct {
 	kernel    atomic.Int32 // copy_file_range: unknown, works, fails
 	reflinked atomic.Bool
 	changed   atomic.Int32 // files that shrank while a Live pass read them
+	fine      atomic.Bool  // a ctime with nanoseconds was seen
+}
+
+// saw notes an entry's times (for CopyStats.FineTimes).
+func (c *copier) saw(st *unix.Stat_t) {
+	if st.Ctim.Nsec != 0 {
+		c.fine.Store(true)
+	}
 }
 
 // fileJob is a file whose content and attributes a worker copies: in is
@@ -287,6 +309,7 @@ func (c *copier) entry(ufd, dfd int, parent string, e dirent, had uint32, depth 
 		}
 		return false, fmt.Errorf("stat %s: %w", show(rel), err)
 	}
+	c.saw(&st)
 	kind := st.Mode & unix.S_IFMT
 	switch {
 	case kind == unix.S_IFDIR:
@@ -355,6 +378,7 @@ func (c *copier) subdir(ufd, dfd int, rel, name string, had uint32, depth int) (
 	if err := unix.Fstat(fd, &st); err != nil {
 		return false, fmt.Errorf("stat %s: %w", show(rel), err)
 	}
+	c.saw(&st)
 	fresh := had != unix.S_IFDIR
 	if fresh {
 		if err := c.remove(dfd, rel, name, had); err != nil {
@@ -411,6 +435,7 @@ func (c *copier) file(ufd, dfd int, parent, rel, name string, ino uint64) (bool,
 	if err := unix.Fstat(in, &j.st); err != nil || j.st.Mode&unix.S_IFMT != unix.S_IFREG || j.st.Ino != ino {
 		return false, c.raced(rel)
 	}
+	c.saw(&j.st)
 	if skipped(c.o.Skip, "/"+rel, in, j.st.Size) {
 		return false, nil
 	}

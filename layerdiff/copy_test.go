@@ -690,3 +690,39 @@ func TestCopyRefusesDeepNesting(t *testing.T) {
 		t.Fatalf("a layer 1100 directories deep: %v", err)
 	}
 }
+
+// On a file system that keeps nanoseconds, a pass says so, and an
+// incremental pass told FineTimes does not copy again a file written
+// just before the pass it follows (without it, anything of that second
+// is copied again: whole-second file systems need that).
+func TestCopyFineTimes(t *testing.T) {
+	mnt := loopFS(t, "ext4", 64<<20)
+	up, dst := filepath.Join(mnt, "upper"), filepath.Join(mnt, "copy")
+	must(t, os.Mkdir(up, 0o755))
+	must(t, os.Mkdir(dst, 0o755))
+	must(t, os.WriteFile(filepath.Join(up, "fresh"), []byte("just written"), 0o644))
+	time.Sleep(2 * layerdiff.SinceMargin) // past the margin, within the second most of the time
+	began := time.Now()
+	st, err := layerdiff.Copy(dst, up, layerdiff.CopyOptions{Live: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.FineTimes {
+		t.Fatal("ext4 with 256-byte inodes keeps nanoseconds, but the pass did not say so")
+	}
+	again, err := layerdiff.Copy(dst, up, layerdiff.CopyOptions{Since: began.Add(-layerdiff.SinceMargin), FineTimes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Copied != 0 || again.Entries != 1 {
+		t.Fatalf("the incremental pass with FineTimes: %+v, want nothing copied again", again)
+	}
+	must(t, os.WriteFile(filepath.Join(up, "fresh"), []byte("written again"), 0o644))
+	again, err = layerdiff.Copy(dst, up, layerdiff.CopyOptions{Since: began.Add(-layerdiff.SinceMargin), FineTimes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "fresh")); again.Copied != 1 || string(b) != "written again" {
+		t.Fatalf("after a write: %+v, %q", again, b)
+	}
+}

@@ -88,15 +88,16 @@ func (r *Runtime) Capture(ctx context.Context, id string, users runtime.IDMap, s
 	first := time.Now()
 	live := o
 	live.Live = true
-	if _, err := layerdiff.Copy(dst, upper, live); err != nil {
+	st, err := layerdiff.Copy(dst, upper, live)
+	if err != nil {
 		return runtime.Capture{}, err
 	}
-	o.Since = first.Add(-layerdiff.SinceMargin)
+	o.Since, o.FineTimes = first.Add(-layerdiff.SinceMargin), st.FineTimes
 	t0 := time.Now()
 	if err := freeze(ctx, g, id); err != nil {
 		return runtime.Capture{}, fmt.Errorf("sandbox %s: freeze: %w", id, err)
 	}
-	st, err := layerdiff.Copy(dst, upper, o)
+	st, err = layerdiff.Copy(dst, upper, o)
 	held := time.Since(t0)
 	if terr := g.Thaw(); terr != nil {
 		return runtime.Capture{}, errors.Join(err, fmt.Errorf("sandbox %s: thaw: %w", id, terr))
