@@ -1,6 +1,7 @@
 // Package runtimetest is the conformance suite every runtime passes: create,
 // guest hello, exec, concurrency, re-attach, isolation basics and delete
-// without leaks, run unchanged against each implementation.
+// without leaks, and what a runtime declares beyond them (stop and start,
+// pause and resume, capture), run unchanged against each implementation.
 package runtimetest
 
 import (
@@ -58,6 +59,12 @@ func Run(t *testing.T, h Harness) {
 	t.Run("TwoWayStream", func(t *testing.T) { testStream(t, h) })
 	if _, ok := h.Runtime.(runtime.Stopper); ok && h.Runtime.Capabilities().StopStart {
 		t.Run("StopStartKeepsFiles", func(t *testing.T) { testStopStart(t, h) })
+	}
+	if _, ok := h.Runtime.(runtime.Pauser); ok && h.Runtime.Capabilities().Pause {
+		t.Run("PauseResume", func(t *testing.T) { testPauseResume(t, h) })
+	}
+	if _, ok := h.Runtime.(runtime.Capturer); ok && h.Runtime.Capabilities().Snapshot {
+		t.Run("CaptureWhileRunning", func(t *testing.T) { testCapture(t, h) })
 	}
 }
 
