@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/internal/layerfs"
 )
 
 // SinceMargin is how long before a pass began the next pass's
@@ -278,7 +280,7 @@ func (c *copier) dir(ufd, dfd int, rel string, st *unix.Stat_t, fresh bool, dept
 	// making them changes its mtime.
 	if fresh || c.since == 0 || st.Ctim.Nano() >= c.since {
 		if opaque {
-			attrs = append(attrs, xattr{opaqueXattr, []byte("y")})
+			attrs = append(attrs, layerfs.Xattr{Name: layerfs.Opaque, Value: []byte("y")})
 		}
 		if err := setXattrs(dfd, rel, attrs, !fresh); err != nil {
 			return false, err
@@ -436,7 +438,7 @@ func (c *copier) file(ufd, dfd int, parent, rel, name string, ino uint64) (bool,
 		return false, c.raced(rel)
 	}
 	c.saw(&j.st)
-	if skipped(c.o.Skip, "/"+rel, in, j.st.Size) {
+	if layerfs.Skipped(c.o.Skip, "/"+rel, in, j.st.Size) {
 		return false, nil
 	}
 	key := [2]uint64{j.st.Dev, j.st.Ino}
@@ -461,7 +463,7 @@ func (c *copier) file(ufd, dfd int, parent, rel, name string, ino uint64) (bool,
 }
 
 func (c *copier) symlink(ufd, dfd int, rel, name string, st *unix.Stat_t) (bool, error) {
-	target, err := readlinkat(ufd, name)
+	target, err := layerfs.ReadLink(ufd, name)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return false, nil
@@ -727,14 +729,14 @@ func setTimes(dirfd int, name, rel string, st *unix.Stat_t) error {
 }
 
 // setXattrs sets attrs on fd and, if clear, removes its other user.* ones.
-func setXattrs(fd int, rel string, attrs []xattr, clear bool) error {
+func setXattrs(fd int, rel string, attrs []layerfs.Xattr, clear bool) error {
 	if clear {
-		names, err := listXattrs(fd)
+		names, err := layerfs.XattrNames(fd)
 		if err != nil {
 			return fmt.Errorf("attributes of the copy of %s: %w", show(rel), err)
 		}
 		for _, n := range names {
-			if !strings.HasPrefix(n, "user.") || slices.ContainsFunc(attrs, func(a xattr) bool { return a.name == n }) {
+			if !strings.HasPrefix(n, "user.") || slices.ContainsFunc(attrs, func(a layerfs.Xattr) bool { return a.Name == n }) {
 				continue
 			}
 			if err := unix.Fremovexattr(fd, n); err != nil && !errors.Is(err, unix.ENODATA) {
@@ -743,8 +745,8 @@ func setXattrs(fd int, rel string, attrs []xattr, clear bool) error {
 		}
 	}
 	for _, a := range attrs {
-		if err := unix.Fsetxattr(fd, a.name, a.value, 0); err != nil {
-			return fmt.Errorf("set attribute %s of %s: %w", a.name, show(rel), err)
+		if err := unix.Fsetxattr(fd, a.Name, a.Value, 0); err != nil {
+			return fmt.Errorf("set attribute %s of %s: %w", a.Name, show(rel), err)
 		}
 	}
 	return nil

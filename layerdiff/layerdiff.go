@@ -19,7 +19,6 @@ package layerdiff
 
 import (
 	"archive/tar"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -29,14 +28,14 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/internal/layerfs"
 )
 
 // OCI whiteout names.
 const (
 	whiteoutPrefix = ".wh."
 	opaqueMarker   = ".wh..wh..opq"
-	overlayXattr   = "user.overlay."
-	opaqueXattr    = "user.overlay.opaque"
 	overflowID     = 65534
 )
 
@@ -120,7 +119,7 @@ func (w *writer) entry(dirfd int, parent, name string) error {
 	case unix.S_IFREG:
 		return w.file(dirfd, name, hdr, &st)
 	case unix.S_IFLNK:
-		target, err := readlinkat(dirfd, name)
+		target, err := layerfs.ReadLink(dirfd, name)
 		if err != nil {
 			return fmt.Errorf("read link %s: %w", show(rel), err)
 		}
@@ -206,7 +205,7 @@ func (w *writer) file(dirfd int, name string, hdr *tar.Header, st *unix.Stat_t) 
 	if err := unix.Fstat(fd, &fst); err != nil || fst.Mode&unix.S_IFMT != unix.S_IFREG || fst.Ino != st.Ino {
 		return fmt.Errorf("%s changed while it was read (is the sandbox stopped?)", show(hdr.Name))
 	}
-	if skipped(w.o.Skip, abs, fd, fst.Size) {
+	if layerfs.Skipped(w.o.Skip, abs, fd, fst.Size) {
 		return nil
 	}
 	hdr.Typeflag, hdr.Size = tar.TypeReg, fst.Size
@@ -265,43 +264,16 @@ func (w *writer) xattrs(fd int, hdr *tar.Header, opaque *bool) error {
 	if opaque != nil {
 		*opaque = isOpaque
 	}
-	for _, a := range attrs {
-		if hdr.PAXRecords == nil {
-			hdr.PAXRecords = map[string]string{}
-		}
-		hdr.PAXRecords["SCHILY.xattr."+a.name] = string(a.value)
-	}
+	layerfs.PAX(hdr, attrs)
 	return nil
 }
 
-type xattr struct {
-	name  string
-	value []byte
-}
-
-// userXattrs reads the user.* extended attributes of fd (rel names it in
-// errors), overlay's own excepted, and whether overlay marked it opaque.
-func userXattrs(fd int, rel string) (attrs []xattr, opaque bool, err error) {
-	names, err := listXattrs(fd)
+// userXattrs reads fd's user.* extended attributes, overlay's own
+// excepted, and whether overlay marked it opaque; rel names it in errors.
+func userXattrs(fd int, rel string) ([]layerfs.Xattr, bool, error) {
+	attrs, opaque, err := layerfs.UserXattrs(fd)
 	if err != nil {
 		return nil, false, fmt.Errorf("attributes of %s: %w", show(rel), err)
-	}
-	for _, n := range names {
-		if !strings.HasPrefix(n, "user.") {
-			continue
-		}
-		v, err := getXattr(fd, n)
-		if errors.Is(err, unix.ENODATA) {
-			continue // removed since it was listed
-		}
-		if err != nil {
-			return nil, false, fmt.Errorf("attribute %s of %s: %w", n, show(rel), err)
-		}
-		if strings.HasPrefix(n, overlayXattr) {
-			opaque = opaque || n == opaqueXattr && string(v) == "y"
-			continue
-		}
-		attrs = append(attrs, xattr{n, v})
 	}
 	return attrs, opaque, nil
 }
@@ -329,25 +301,7 @@ func skippedAt(skip map[string][]byte, dirfd int, name, abs string) (bool, error
 	if err := unix.Fstat(fd, &st); err != nil {
 		return false, err
 	}
-	return st.Mode&unix.S_IFMT == unix.S_IFREG && skipped(skip, abs, fd, st.Size), nil
-}
-
-// skipped says whether the regular file open as fd, size bytes long, at
-// abs (its path in the sandbox) is one of berth's that skip leaves out.
-func skipped(skip map[string][]byte, abs string, fd int, size int64) bool {
-	tail, ok := skip[abs]
-	if !ok {
-		return false
-	}
-	if len(tail) == 0 {
-		return true
-	}
-	if size < int64(len(tail)) || size > 64<<20 {
-		return false
-	}
-	got := make([]byte, len(tail))
-	n, err := unix.Pread(fd, got, size-int64(len(tail)))
-	return err == nil && n == len(got) && bytes.Equal(got, tail)
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && layerfs.Skipped(skip, abs, fd, st.Size), nil
 }
 
 func joinName(parent, name string) string {
@@ -367,55 +321,4 @@ func readNames(dirfd int) ([]string, error) {
 	d := os.NewFile(uintptr(fd), "dir")
 	defer d.Close()
 	return d.Readdirnames(-1)
-}
-
-func readlinkat(dirfd int, name string) (string, error) {
-	buf := make([]byte, 4096)
-	n, err := unix.Readlinkat(dirfd, name, buf)
-	if err != nil {
-		return "", err
-	}
-	if n == len(buf) {
-		return "", errors.New("link target too long")
-	}
-	return string(buf[:n]), nil
-}
-
-func listXattrs(fd int) ([]string, error) {
-	buf := make([]byte, 4096)
-	for {
-		n, err := unix.Flistxattr(fd, buf)
-		if errors.Is(err, unix.ERANGE) && len(buf) < 1<<16 {
-			buf = make([]byte, len(buf)*4)
-			continue
-		}
-		if errors.Is(err, unix.ENOTSUP) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		var out []string
-		for _, s := range strings.Split(string(buf[:n]), "\x00") {
-			if s != "" {
-				out = append(out, s)
-			}
-		}
-		return out, nil
-	}
-}
-
-func getXattr(fd int, name string) ([]byte, error) {
-	buf := make([]byte, 4096)
-	for {
-		n, err := unix.Fgetxattr(fd, name, buf)
-		if errors.Is(err, unix.ERANGE) && len(buf) < 1<<16 {
-			buf = make([]byte, len(buf)*4)
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
-	}
 }

@@ -10,14 +10,12 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/internal/layerfs"
 )
 
-// Overlay's marks in a layer directory.
-const (
-	opaqueXattr  = "user.overlay.opaque"
-	overlayXattr = "user.overlay."
-	overflowID   = 65534
-)
+// overflowID is the id the kernel shows for a host id a mapping lacks.
+const overflowID = 65534
 
 // errChanged is what a read reports when an entry is not what it was a
 // moment before: the sandbox still writes.
@@ -203,7 +201,7 @@ func openDir(dirfd int, name string) (int, error) {
 
 func isOpaque(fd int) (bool, error) {
 	var v [2]byte
-	n, err := unix.Fgetxattr(fd, opaqueXattr, v[:])
+	n, err := unix.Fgetxattr(fd, layerfs.Opaque, v[:])
 	switch {
 	case err == nil:
 		return n == 1 && v[0] == 'y', nil
@@ -302,25 +300,6 @@ func openFile(e *entry) (int, error) {
 	return fd, nil
 }
 
-// readFull reads len(buf) bytes at off, or fewer at the end of the file.
-func readFull(fd int, buf []byte, off int64) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Pread(fd, buf[n:], off+int64(n))
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return n, err
-		}
-		if m == 0 {
-			break
-		}
-		n += m
-	}
-	return n, nil
-}
-
 // readDirNames appends the names in directory fd (read from its start).
 func readDirNames(fd int, buf []byte, names []string) ([]string, error) {
 	if _, err := unix.Seek(fd, 0, 0); err != nil {
@@ -338,78 +317,6 @@ func readDirNames(fd int, buf []byte, names []string) ([]string, error) {
 			return names, nil
 		}
 		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-	}
-}
-
-func readlinkat(dirfd int, name string) (string, error) {
-	buf := make([]byte, 256)
-	for {
-		n, err := unix.Readlinkat(dirfd, name, buf)
-		if err != nil {
-			return "", err
-		}
-		if n < len(buf) {
-			return string(buf[:n]), nil
-		}
-		if len(buf) >= 1<<16 {
-			return "", errors.New("link target too long")
-		}
-		buf = make([]byte, len(buf)*4)
-	}
-}
-
-// userXattrs returns fd's user.* extended attributes, overlay's own
-// excepted.
-func userXattrs(fd int) (map[string]string, error) {
-	buf := make([]byte, 1024)
-	var n int
-	for {
-		var err error
-		n, err = unix.Flistxattr(fd, buf)
-		if errors.Is(err, unix.ERANGE) && len(buf) < 1<<16 {
-			buf = make([]byte, len(buf)*4)
-			continue
-		}
-		if errors.Is(err, unix.ENOTSUP) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		break
-	}
-	var out map[string]string
-	for _, name := range strings.Split(string(buf[:n]), "\x00") {
-		if !strings.HasPrefix(name, "user.") || strings.HasPrefix(name, overlayXattr) {
-			continue
-		}
-		v, err := getXattr(fd, name)
-		if errors.Is(err, unix.ENODATA) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("attribute %s: %w", show(name), err)
-		}
-		if out == nil {
-			out = map[string]string{}
-		}
-		out[name] = string(v)
-	}
-	return out, nil
-}
-
-func getXattr(fd int, name string) ([]byte, error) {
-	buf := make([]byte, 256)
-	for {
-		n, err := unix.Fgetxattr(fd, name, buf)
-		if errors.Is(err, unix.ERANGE) && len(buf) < 1<<16 {
-			buf = make([]byte, len(buf)*4)
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
 	}
 }
 

@@ -30,6 +30,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berthsh/berth/internal/layerfs"
+
 	"github.com/berthsh/berth/layerdiff"
 )
 
@@ -445,7 +447,7 @@ func (w *walker) emit(kind, p string, fe, te *entry) error {
 	case unix.S_IFREG:
 		c.Size = e.st.Size
 	case unix.S_IFLNK:
-		target, err := readlinkat(e.dirfd, e.name)
+		target, err := layerfs.ReadLink(e.dirfd, e.name)
 		if err != nil {
 			return fmt.Errorf("read link %s: %w", show(p), err)
 		}
@@ -459,31 +461,20 @@ func (w *walker) emit(kind, p string, fe, te *entry) error {
 // out, on either side, in a layer of that side's own (berth writes into
 // writable layers, which stacks do not share).
 func (w *walker) skip(p string, fe, te *entry) (bool, error) {
-	tail, ok := w.o.Skip[p]
-	if !ok {
+	if _, ok := w.o.Skip[p]; !ok {
 		return false, nil
 	}
 	for i, e := range [2]*entry{te, fe} {
 		if !e.isReg() || w.isShared([2]*tree{w.to, w.from}[i], e.layer) {
 			continue
 		}
-		if len(tail) == 0 {
-			return true, nil
-		}
-		if e.st.Size < int64(len(tail)) || e.st.Size > 64<<20 {
-			continue
-		}
 		fd, err := openFile(e)
 		if err != nil {
 			return false, err
 		}
-		got := make([]byte, len(tail))
-		n, err := readFull(fd, got, e.st.Size-int64(len(tail)))
+		skipped := layerfs.Skipped(w.o.Skip, p, fd, e.st.Size)
 		unix.Close(fd)
-		if err != nil {
-			return false, err
-		}
-		if n == len(tail) && bytes.Equal(got, tail) {
+		if skipped {
 			return true, nil
 		}
 	}
@@ -501,11 +492,11 @@ func (w *walker) same(fe, te *entry) (same, content bool, err error) {
 	}
 	switch fe.ftype() {
 	case unix.S_IFLNK:
-		a, err := readlinkat(fe.dirfd, fe.name)
+		a, err := layerfs.ReadLink(fe.dirfd, fe.name)
 		if err != nil {
 			return false, false, err
 		}
-		b, err := readlinkat(te.dirfd, te.name)
+		b, err := layerfs.ReadLink(te.dirfd, te.name)
 		return a == b, false, err
 	case unix.S_IFREG:
 		if fe.st.Size != te.st.Size {
@@ -551,11 +542,11 @@ func sameContent(ctx context.Context, a, b *entry, bufs *[2][]byte) (bool, error
 			return false, err
 		}
 		chunk := int(min(a.st.Size-off, int64(len(bufs[0]))))
-		n, err := readFull(fa, bufs[0][:chunk], off)
+		n, err := layerfs.ReadAt(fa, bufs[0][:chunk], off)
 		if err != nil {
 			return false, err
 		}
-		m, err := readFull(fb, bufs[1][:chunk], off)
+		m, err := layerfs.ReadAt(fb, bufs[1][:chunk], off)
 		if err != nil {
 			return false, err
 		}

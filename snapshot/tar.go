@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/internal/layerfs"
 )
 
 // OCI layer whiteout prefix.
@@ -126,7 +128,7 @@ func (w *tarWriter) entry(p string, hint int, typ string) error {
 		}
 		return w.header(hdr, fd)
 	case unix.S_IFLNK:
-		target, err := readlinkat(e.dirfd, e.name)
+		target, err := layerfs.ReadLink(e.dirfd, e.name)
 		if err != nil {
 			return fmt.Errorf("read link %s: %w", show(p), err)
 		}
@@ -140,16 +142,11 @@ func (w *tarWriter) entry(p string, hint int, typ string) error {
 }
 
 func (w *tarWriter) xattrs(fd int, hdr *tar.Header) error {
-	xs, err := userXattrs(fd)
+	attrs, _, err := layerfs.UserXattrs(fd)
 	if err != nil {
 		return err
 	}
-	for k, v := range xs {
-		if hdr.PAXRecords == nil {
-			hdr.PAXRecords = map[string]string{}
-		}
-		hdr.PAXRecords["SCHILY.xattr."+k] = v
-	}
+	layerfs.PAX(hdr, attrs)
 	return nil
 }
 
@@ -179,7 +176,7 @@ type fdReader struct {
 }
 
 func (r *fdReader) Read(b []byte) (int, error) {
-	n, err := readFull(r.fd, b, r.off)
+	n, err := layerfs.ReadAt(r.fd, b, r.off)
 	r.off += int64(n)
 	if n == 0 && err == nil && len(b) > 0 {
 		return 0, io.EOF

@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/internal/layerfs"
 )
 
 // contextLines is how many unchanged lines a hunk shows around a change.
@@ -173,7 +175,7 @@ func (u *unified) load(t *tree, p string, s *side) (*content, error) {
 	}
 	c := &content{mode: s.typ | e.perm(), size: e.st.Size}
 	if s.typ == unix.S_IFLNK {
-		target, err := readlinkat(e.dirfd, e.name)
+		target, err := layerfs.ReadLink(e.dirfd, e.name)
 		if err != nil {
 			return nil, fmt.Errorf("read link %s: %w", show(p), err)
 		}
@@ -189,7 +191,7 @@ func (u *unified) load(t *tree, p string, s *side) (*content, error) {
 	}
 	defer unix.Close(fd)
 	c.data = make([]byte, e.st.Size)
-	n, err := readFull(fd, c.data, 0)
+	n, err := layerfs.ReadAt(fd, c.data, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", show(p), err)
 	}
