@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/client"
 )
 
 // printImages writes images as a table, a row per tag (names by digest
@@ -36,6 +38,33 @@ func printImages(w io.Writer, imgs []api.Image) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// listImagesCommand is an `ls` of images as list gives them: a table, or
+// JSON with --json.
+func listImagesCommand(connect connector, short string, list func(*client.Client, context.Context) ([]api.Image, error)) *cobra.Command {
+	var asJSON bool
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			imgs, err := list(c, cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), imgs)
+			}
+			return printImages(cmd.OutOrStdout(), imgs)
+		},
+	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return ls
 }
 
 func imageCommand(connect connector) *cobra.Command {
@@ -91,27 +120,7 @@ func imageCommand(connect connector) *cobra.Command {
 		},
 	}
 	imp.Flags().StringVar(&as, "name", "", "a name (repo:tag) for the file's one image")
-	var asJSON bool
-	ls := &cobra.Command{
-		Use:   "ls",
-		Short: "List the stored images",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			imgs, err := c.ListImages(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), imgs)
-			}
-			return printImages(cmd.OutOrStdout(), imgs)
-		},
-	}
-	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	ls := listImagesCommand(connect, "List the stored images", (*client.Client).ListImages)
 	inspect := &cobra.Command{
 		Use:   "inspect REF",
 		Short: "Describe an image (JSON), with the sandboxes made of it",

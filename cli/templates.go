@@ -95,27 +95,6 @@ func templateCommand(connect connector) *cobra.Command {
 	fl.StringVar(&network, "network", "", "what RUN steps may reach: none or open (default: the daemon's default)")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "print only the template's id")
 
-	var asJSON bool
-	ls := &cobra.Command{
-		Use:   "ls",
-		Short: "List the templates",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			imgs, err := c.ListTemplates(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), imgs)
-			}
-			return printImages(cmd.OutOrStdout(), imgs)
-		},
-	}
-	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(build, ls)
+	cmd.AddCommand(build, listImagesCommand(connect, "List the templates", (*client.Client).ListTemplates))
 	return cmd
 }

@@ -33,6 +33,11 @@ type diffResult struct {
 // once the changes are known. A running sandbox's files are read as they
 // are, while it writes: a snapshot gives a still view.
 func (m *Manager) Diff(ctx context.Context, tenant, id, against, format string, out func() io.Writer) (api.DiffResponse, error) {
+	switch format {
+	case "", api.DiffJSON, api.DiffTar, api.DiffPatch:
+	default:
+		return api.DiffResponse{}, errdefs.New(errdefs.InvalidArgument, "format: %q is not json, tar or patch", format)
+	}
 	d, err := m.diff(ctx, tenant, id, against)
 	if err != nil {
 		return api.DiffResponse{}, err
@@ -42,10 +47,8 @@ func (m *Manager) Diff(ctx context.Context, tenant, id, against, format string, 
 		return api.DiffResponse{}, snapshot.WriteTar(ctx, out(), d.changes, d.to)
 	case api.DiffPatch:
 		return api.DiffResponse{}, snapshot.WriteUnified(ctx, out(), d.changes, d.from, d.to, d.opts)
-	case "", api.DiffJSON:
-		return api.DiffResponse{Against: d.against, Changes: changesToAPI(d.changes)}, nil
 	}
-	return api.DiffResponse{}, errdefs.New(errdefs.InvalidArgument, "format: %q is not json, tar or patch", format)
+	return api.DiffResponse{Against: d.against, Changes: changesToAPI(d.changes)}, nil
 }
 
 func (m *Manager) diff(ctx context.Context, tenant, id, against string) (*diffResult, error) {

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/berthsh/berth/api"
-	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/labels"
 )
 
@@ -99,11 +98,6 @@ func (a *apiGroup) fork(w http.ResponseWriter, r *http.Request) error {
 func (a *apiGroup) diff(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	format := q.Get("format")
-	switch format {
-	case "", api.DiffJSON, api.DiffTar, api.DiffPatch:
-	default:
-		return errdefs.New(errdefs.InvalidArgument, "format: %q is not json, tar or patch", format)
-	}
 	started := false
 	res, err := a.m.Diff(r.Context(), Tenant(r), r.PathValue("id"), q.Get("against"), format, func() io.Writer {
 		started = true
