@@ -29,18 +29,9 @@ func (s *Store) resolveOCI(ctx context.Context, ref string, ids runtime.IDMap) (
 	}
 	s.gc.RLock()
 	defer s.gc.RUnlock()
-	layers := make([]string, 0, len(img.Layers))
-	for i := len(img.Layers) - 1; i >= 0; i-- {
-		d := img.Layers[i]
-		dir := s.layerDir(d)
-		if ids.HostID != Unmapped.HostID {
-			if dir, err = s.shifted(ctx, d, ids); err != nil {
-				return Resolved{}, fmt.Errorf("image %s: %w", ref, err)
-			}
-		} else if _, err := os.Stat(dir); err != nil {
-			return Resolved{}, errdefs.New(errdefs.NotFound, "image %s: layer %s is gone from the store (pull the image again): %v", ref, d, err)
-		}
-		layers = append(layers, dir)
+	layers, err := s.layerDirsFor(ctx, img.Layers, ids, "pull the image again")
+	if err != nil {
+		return Resolved{}, fmt.Errorf("image %s: %w", ref, err)
 	}
 	if len(layers) == 0 { // an image of no layers: an empty root
 		empty, err := s.emptyLayer(ids)
@@ -50,6 +41,29 @@ func (s *Store) resolveOCI(ctx context.Context, ref string, ids runtime.IDMap) (
 		layers = append(layers, empty)
 	}
 	return Resolved{Root: runtime.RootFS{Image: ref, Layers: layers, IDMapped: ids.HostID == Unmapped.HostID}, Image: img}, nil
+}
+
+// layerDirsFor returns stored layers (given bottom first) as the
+// directories of a root for sandboxes whose ids map as ids, topmost first:
+// as stored for a runtime that idmaps them, else copies owned by the
+// range. A layer gone from the store is not_found, with remedy. The caller
+// holds s.gc.
+func (s *Store) layerDirsFor(ctx context.Context, layers []string, ids runtime.IDMap, remedy string) ([]string, error) {
+	out := make([]string, 0, len(layers))
+	for i := len(layers) - 1; i >= 0; i-- {
+		d := layers[i]
+		dir := s.layerDir(d)
+		if ids.HostID != Unmapped.HostID {
+			var err error
+			if dir, err = s.shifted(ctx, d, ids); err != nil {
+				return nil, err
+			}
+		} else if _, err := os.Stat(dir); err != nil {
+			return nil, errdefs.New(errdefs.NotFound, "layer %s is gone from the store (%s): %v", d, remedy, err)
+		}
+		out = append(out, dir)
+	}
+	return out, nil
 }
 
 // emptyLayer is a directory owned by the range's root, for an image

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
@@ -66,17 +65,9 @@ func (s *Store) ResolveOver(ctx context.Context, base string, layers []string, i
 	}
 	s.gc.RLock()
 	defer s.gc.RUnlock()
-	top := make([]string, 0, len(layers)+len(res.Root.Layers))
-	for i := len(layers) - 1; i >= 0; i-- {
-		dir := s.layerDir(layers[i])
-		if ids.HostID != Unmapped.HostID {
-			if dir, err = s.shifted(ctx, layers[i], ids); err != nil {
-				return Resolved{}, fmt.Errorf("snapshot layer %s: %w", layers[i], err)
-			}
-		} else if _, err := os.Stat(dir); err != nil {
-			return Resolved{}, errdefs.New(errdefs.NotFound, "snapshot layer %s is gone from the store: %v", layers[i], err)
-		}
-		top = append(top, dir)
+	top, err := s.layerDirsFor(ctx, layers, ids, "the snapshot cannot be used")
+	if err != nil {
+		return Resolved{}, fmt.Errorf("snapshot: %w", err)
 	}
 	res.Root.Layers = append(top, res.Root.Layers...)
 	return res, nil
