@@ -53,14 +53,14 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkReque
 		unlock()
 		return api.ForkResponse{}, err
 	}
-	sn, changed, err := m.capture(ctx, rec, "", nil, false)
+	sn, err := m.capture(ctx, rec, "", nil, false)
 	unlock() // the copies need the source no more
 	if err != nil {
 		return api.ForkResponse{}, err
 	}
 	res := api.ForkResponse{Sandboxes: []api.Sandbox{}, FrozenMs: float64(sn.Frozen.Microseconds()) / 1000}
 	imageID := rec.ImageID
-	if changed || sn.ID != "" {
+	if sn.ID != "" {
 		imageID, res.Snapshot = sn.ID, sn.ID
 	}
 	for i := range req.Count {

@@ -84,7 +84,7 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if err := snapshottable(rec, "snapshot"); err != nil {
 		return api.Snapshot{}, err
 	}
-	sn, _, err := m.capture(ctx, rec, req.Name, req.Labels, true)
+	sn, err := m.capture(ctx, rec, req.Name, req.Labels, true)
 	if err != nil {
 		return api.Snapshot{}, err
 	}
@@ -92,26 +92,25 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 }
 
 // capture copies a sandbox's writable layer into the image store and
-// records it as a snapshot named name ("" for a fork's). changed is false
-// when the sandbox changed nothing over its image; then, unless always,
-// nothing is stored and sn is the zero snapshot. The caller holds the
-// sandbox's operation lock.
-func (m *Manager) capture(ctx context.Context, rec store.Sandbox, name string, lbls map[string]string, always bool) (sn store.Snapshot, changed bool, err error) {
+// records it as a snapshot named name ("" for a fork's). When the sandbox
+// changed nothing over its image, nothing is stored unless always: sn then
+// has no ID (only Frozen). The caller holds the sandbox's operation lock.
+func (m *Manager) capture(ctx context.Context, rec store.Sandbox, name string, lbls map[string]string, always bool) (sn store.Snapshot, err error) {
 	si, err := m.snapshotImages()
 	if err != nil {
-		return sn, false, err
+		return sn, err
 	}
 	t, err := m.tier(rec.Runtime)
 	if err != nil {
-		return sn, false, err
+		return sn, err
 	}
 	c, ok := t.rt.(runtime.Capturer)
 	if !ok || !t.caps.Snapshot {
-		return sn, false, t.lacks("snapshot", "snapshot a sandbox")
+		return sn, t.lacks("snapshot", "snapshot a sandbox")
 	}
 	spec, err := recordSpec(rec)
 	if err != nil {
-		return sn, false, err
+		return sn, err
 	}
 	sn = store.Snapshot{Tenant: rec.Tenant, Name: name, Sandbox: rec.ID, Base: image.Host, Image: rec.Image, Labels: lbls, CreatedAt: m.cfg.Now().UTC()}
 	if rec.ImageID != "" {
@@ -120,12 +119,12 @@ func (m *Manager) capture(ctx context.Context, rec store.Sandbox, name string, l
 	if isSnapshotID(rec.ImageID) {
 		parent, err := m.store.GetSnapshot(ctx, rec.ImageID)
 		if err != nil {
-			return sn, false, err
+			return sn, err
 		}
 		sn.Base, sn.Parent, sn.Layers, sn.Image = parent.Base, parent.ID, parent.Layers, parent.Image
 	}
 	if sn.Config, err = json.Marshal(snapshotConfig{Env: spec.Env, Workdir: spec.Workdir, User: spec.User, Runtime: spec.Runtime}); err != nil {
-		return sn, false, err
+		return sn, err
 	}
 	var capt runtime.Capture
 	skip := m.berthFiles(ctx, rec.ID)
@@ -136,14 +135,14 @@ func (m *Manager) capture(ctx context.Context, rec store.Sandbox, name string, l
 		return capt.Bytes, capt.Entries == 0, err
 	})
 	if errors.Is(err, syscall.ENOSPC) {
-		return sn, false, errdefs.Wrap(errdefs.ResourceExhausted, err, "snapshot of %s: the state directory's disk is full; nothing was kept", rec.ID)
+		return sn, errdefs.Wrap(errdefs.ResourceExhausted, err, "snapshot of %s: the state directory's disk is full; nothing was kept", rec.ID)
 	}
 	if err != nil {
-		return sn, false, err
+		return sn, err
 	}
 	sn.Frozen = capt.Frozen
 	if layer == "" && !always {
-		return store.Snapshot{Frozen: capt.Frozen}, false, nil
+		return store.Snapshot{Frozen: capt.Frozen}, nil
 	}
 	if layer != "" {
 		sn.Layers = append(append([]string(nil), sn.Layers...), layer)
@@ -151,15 +150,15 @@ func (m *Manager) capture(ctx context.Context, rec store.Sandbox, name string, l
 	}
 	if sn.ID, err = newSnapshotID(); err != nil {
 		m.collect(ctx)
-		return sn, false, err
+		return sn, err
 	}
 	if err := m.store.PutSnapshot(ctx, sn); err != nil {
 		m.collect(ctx)
-		return sn, false, err
+		return sn, err
 	}
 	m.log.Info("snapshot", "sandbox", rec.ID, "snapshot", sn.ID, "name", name, "entries", capt.Entries,
 		"bytes", capt.Bytes, "frozen", capt.Frozen, "reflinked", capt.Reflinked)
-	return sn, layer != "", nil
+	return sn, nil
 }
 
 // snapshotConfig is a snapshot's defaults for sandboxes made from it: the
