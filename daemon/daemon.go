@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/compat/e2b"
 	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/internal/guestbin"
 	"github.com/berthsh/berth/ports"
@@ -221,8 +222,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if cfg.Domain == "" {
 		cfg.Domain = api.DefaultDomain
 	}
-	proxy := ports.New(ports.Config{Domain: cfg.Domain, Log: log}, m)
+	proxy := ports.New(ports.Config{Domain: cfg.Domain, Log: log, TokenHeaders: []string{e2b.HeaderTrafficToken}}, m)
 	d.closers = append(d.closers, func() error { proxy.Close(); return nil })
+	e2bGroup := e2b.New(e2b.Config{Domain: e2bDomain(cfg.Domain, cfg.Listen), Log: log.With("subsystem", "e2b")}, m, images)
+	d.closers = append(d.closers, func() error { e2bGroup.Close(); return nil })
 	builder, err := template.New(images, st, m, filepath.Join(cfg.StateDir, "builds"), log.With("subsystem", "template"))
 	if err != nil {
 		return nil, err
@@ -231,7 +234,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		log.Warn("template builds: the sandboxes of interrupted builds", "err", err)
 	}
 	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics, server.WithPortsDomain(cfg.Domain)),
-		server.ImagesAPI(images, m), server.TemplatesAPI(builder, images), proxy)
+		server.ImagesAPI(images, m), server.TemplatesAPI(builder, images), e2bGroup, proxy)
 	return d, nil
 }
 
@@ -271,7 +274,12 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 		}
 		listeners = append(listeners, tl)
 	}
-	srv := &http.Server{Handler: d.Server, ReadHeaderTimeout: 10 * time.Second}
+	// HTTP/2 without TLS (prior knowledge) too: E2B's SDKs speak it by
+	// default, and Connect's streams ride it.
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: d.Server, ReadHeaderTimeout: 10 * time.Second, Protocols: protocols}
 	errc := make(chan error, len(listeners))
 	for _, l := range listeners {
 		d.log.Info("serving", "addr", l.Addr().String())
@@ -359,4 +367,15 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// e2bDomain is the sandbox domain E2B's SDKs build hosts from: the ports'
+// domain and the port the daemon listens on (none for 80), so that
+// {port}-{id}.{domain} reaches the daemon.
+func e2bDomain(domain, listen string) string {
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "" || port == "80" {
+		return domain
+	}
+	return domain + ":" + port
 }

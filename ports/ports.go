@@ -49,14 +49,19 @@ type Manager interface {
 type Config struct {
 	// Domain is the host form's domain (default api.DefaultDomain).
 	Domain string
-	Log    *slog.Logger
+	// TokenHeaders are more headers that carry the access token, beside
+	// berth's own (a compatibility API's: E2B's traffic token).
+	TokenHeaders []string
+	Log          *slog.Logger
 }
 
 // Proxy is the route group.
 type Proxy struct {
 	m      Manager
 	domain string // ".berth.localhost": with the leading dot, lower case
-	log    *slog.Logger
+	// headers carry the access token: berth's, then cfg.TokenHeaders.
+	headers []string
+	log     *slog.Logger
 	tr     *http.Transport
 	rp     *httputil.ReverseProxy
 
@@ -75,7 +80,8 @@ func New(cfg Config, m Manager) *Proxy {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{m: m, domain: "." + strings.Trim(strings.ToLower(cfg.Domain), "."), log: cfg.Log, open: map[*trackedConn]struct{}{}}
+	p := &Proxy{m: m, domain: "." + strings.Trim(strings.ToLower(cfg.Domain), "."), log: cfg.Log, open: map[*trackedConn]struct{}{},
+		headers: append([]string{api.HeaderAccessToken}, cfg.TokenHeaders...)}
 	p.tr = &http.Transport{
 		// The transport's address is "ID:PORT" (see rewrite): pooled
 		// connections are per sandbox and port.
@@ -240,7 +246,7 @@ type targetKey struct{}
 
 // serve authorizes r for t and relays it.
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, t target) error {
-	token, fromQuery := accessToken(r)
+	token, fromQuery := p.accessToken(r)
 	done, err := p.m.AuthorizePort(r.Context(), server.Tenant(r), t.id, t.port, token)
 	if err != nil {
 		return err
@@ -260,11 +266,13 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, t target) error {
 	return nil
 }
 
-// accessToken finds a request's token: the header, the query parameter
-// (fromQuery) or the cookie.
-func accessToken(r *http.Request) (token string, fromQuery bool) {
-	if t := r.Header.Get(api.HeaderAccessToken); t != "" {
-		return t, false
+// accessToken finds a request's token: a token header, the query
+// parameter (fromQuery) or the cookie.
+func (p *Proxy) accessToken(r *http.Request) (token string, fromQuery bool) {
+	for _, h := range p.headers {
+		if t := r.Header.Get(h); t != "" {
+			return t, false
+		}
 	}
 	if t := r.URL.Query().Get(api.QueryAccessToken); t != "" {
 		return t, true
@@ -295,7 +303,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		q.Del(api.QueryAccessToken)
 		out.URL.RawQuery = q.Encode()
 	}
-	out.Header.Del(api.HeaderAccessToken)
+	for _, h := range p.headers {
+		out.Header.Del(h)
+	}
 	if cookies := out.Cookies(); len(cookies) > 0 {
 		out.Header.Del("Cookie")
 		for _, c := range cookies {
@@ -382,7 +392,7 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) error {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), api.TunnelProtocol) {
 		return errdefs.New(errdefs.InvalidArgument, "a tunnel needs Connection: Upgrade and Upgrade: %s", api.TunnelProtocol)
 	}
-	token, _ := accessToken(r)
+	token, _ := p.accessToken(r)
 	done, err := p.m.AuthorizePort(r.Context(), server.Tenant(r), id, port, token)
 	if err != nil {
 		return err

@@ -161,3 +161,7 @@ func (n *ndjson) finish(err error) error {
 	n.send(api.ExecEvent{Type: api.EventError, Error: &api.Error{Class: string(class), Message: errdefs.Message(err)}})
 	return err
 }
+
+// NoteError records err as r's outcome for the access log, for a group
+// that writes its own error bodies (a compatibility API's shape).
+func NoteError(r *http.Request, err error) { info(r).err = err }
