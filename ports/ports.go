@@ -62,8 +62,8 @@ type Proxy struct {
 	// headers carry the access token: berth's, then cfg.TokenHeaders.
 	headers []string
 	log     *slog.Logger
-	tr     *http.Transport
-	rp     *httputil.ReverseProxy
+	tr      *http.Transport
+	rp      *httputil.ReverseProxy
 
 	// open are the connections to sandboxes' ports, pooled or carrying a
 	// request, an upgraded stream or a tunnel; Close ends them all.
