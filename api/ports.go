@@ -3,8 +3,8 @@ package api
 // Ports: a server listening inside a sandbox is reached through the daemon,
 // at /v1/sandboxes/{id}/ports/{port}/{path...} or at the host
 // {port}-{id}.{domain} (the daemon's --domain, default berth.localhost).
-// A port is private unless the sandbox lists it in PublicPorts: a request
-// must then carry the sandbox's access token, as the HeaderAccessToken
+// A port is private unless the sandbox lists it in PublicPorts or is
+// Public (every port open): a request to a private port must carry the sandbox's access token, as the HeaderAccessToken
 // header, the QueryAccessToken query parameter (the daemon removes it and
 // sets a cookie, so that a browser's later requests carry it) or that
 // cookie. The token never reaches the server inside.

@@ -85,6 +85,9 @@ type CreateSandboxRequest struct {
 	// PublicPorts are ports inside that the daemon serves without the
 	// sandbox's access token (see Port).
 	PublicPorts []int `json:"public_ports,omitempty"`
+	// Public serves every port inside without the access token: a public
+	// sandbox (E2B's allowPublicTraffic).
+	Public bool `json:"public,omitempty"`
 	// StartCmd is a command line (run by /bin/sh -c as the sandbox's user,
 	// in its workdir) started as a background process each time the
 	// sandbox starts: at create and at every start, auto-resume included.
@@ -112,6 +115,8 @@ type Sandbox struct {
 	CreatedAt time.Time         `json:"created_at"`
 	// PublicPorts open without the access token.
 	PublicPorts []int `json:"public_ports,omitempty"`
+	// Public says every port opens without the access token.
+	Public bool `json:"public,omitempty"`
 	// AccessToken opens the sandbox's private ports (see Port).
 	AccessToken string `json:"access_token,omitempty"`
 	// StartCmd runs in the background each time the sandbox starts.
@@ -140,6 +145,14 @@ type UpdateSandboxRequest struct {
 	// PublicPorts replaces the ports that open without the access token
 	// (an empty list: none).
 	PublicPorts *[]int `json:"public_ports,omitempty"`
+	// Public, when set, makes every port open without the access token
+	// (true) or only the public ports (false).
+	Public *bool `json:"public,omitempty"`
+	// Timeouts replace the timeouts in force field by field: an absent
+	// field keeps its value, 0 turns that timeout off. max_lifetime_s
+	// still counts from the sandbox's creation. auto_resume true turns
+	// auto-resume on; false leaves it as it is.
+	Timeouts *Timeouts `json:"timeouts,omitempty"`
 }
 
 // Usage is what a sandbox uses now: GET /v1/sandboxes/{id}/stats.

@@ -69,6 +69,7 @@ type createFlags struct {
 	archiveAfter      string
 	maxLifetime       string
 	publicPorts       []int
+	public            bool
 	startCmd          string
 	autoResume        bool
 }
@@ -88,6 +89,7 @@ func (f *createFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.archiveAfter, "archive-after", "", "archive the files (compressed, restored at start) this long after stopping, e.g. 1h (0: never)")
 	fl.StringVar(&f.maxLifetime, "max-lifetime", "", "stop this long after creation, e.g. 7d (0: never)")
 	fl.IntSliceVar(&f.publicPorts, "public-port", nil, "a port inside served without the access token (repeatable)")
+	fl.BoolVar(&f.public, "public", false, "serve every port inside without the access token")
 	fl.StringVar(&f.startCmd, "start-cmd", "", "a command line started in the background each time the sandbox starts (a server)")
 	fl.BoolVar(&f.autoResume, "auto-resume", false, "start the sandbox again when a request comes for one of its ports")
 }
@@ -111,7 +113,7 @@ func ParseDuration(s string) (time.Duration, error) {
 
 func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 	req := api.CreateSandboxRequest{Image: f.image, Runtime: f.runtime, Workdir: f.workdir, User: f.user, PublicPorts: f.publicPorts,
-		StartCmd: f.startCmd}
+		Public: f.public, StartCmd: f.startCmd}
 	req.Timeouts.AutoResume = f.autoResume
 	var err error
 	if req.Labels, err = parsePairs("--label", f.labels); err != nil {

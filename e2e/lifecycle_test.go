@@ -210,6 +210,51 @@ func TestIdleTimeoutSparesARunningProcess(t *testing.T) {
 	}
 }
 
+// TestUpdateTimeouts: PATCH's timeouts replace the fields given, survive a
+// daemon restart, and a lowered max_lifetime_s (counted from creation)
+// stops the sandbox at the next sweep.
+func TestUpdateTimeouts(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Timeouts: api.Timeouts{IdleSeconds: secs(0), MaxLifetimeSeconds: secs(3600)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Timeouts: &api.Timeouts{MaxLifetimeSeconds: secs(-1)}}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "max_lifetime_s") {
+		t.Fatalf("negative max lifetime: %v", err)
+	}
+	got, err := d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Timeouts: &api.Timeouts{DeleteAfterSeconds: secs(600)}})
+	if err != nil || *got.Timeouts.DeleteAfterSeconds != 600 || *got.Timeouts.MaxLifetimeSeconds != 3600 {
+		t.Fatalf("update delete_after: %+v %v", got.Timeouts, err)
+	}
+	d.stop()
+	d.start()
+	if got, err := d.client.GetSandbox(ctx, sb.ID); err != nil || *got.Timeouts.DeleteAfterSeconds != 600 || *got.Timeouts.MaxLifetimeSeconds != 3600 || got.State != api.StateRunning {
+		t.Fatalf("after a restart: %+v %v", got, err)
+	}
+	age := int64(time.Since(sb.CreatedAt).Seconds())
+	start := time.Now()
+	if _, err := d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Timeouts: &api.Timeouts{MaxLifetimeSeconds: secs(age + 2)}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		got, err := d.client.GetSandbox(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == api.StateStopped {
+			if !strings.Contains(got.Error, "maximum lifetime") {
+				t.Fatalf("reason: %q", got.Error)
+			}
+			break
+		}
+		if time.Since(start) > 15*time.Second {
+			t.Fatalf("still %s 15 s after its lifetime was lowered to end in 2 s", got.State)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func TestLifecycleBadInput(t *testing.T) {
 	d := startDaemon(t, "")
 	ctx := t.Context()

@@ -634,6 +634,39 @@ func TestPortsAccess(t *testing.T) {
 	if err != nil || len(sbx.PublicPorts) != 0 {
 		t.Fatalf("no public ports: %+v %v", sbx.PublicPorts, err)
 	}
+	// A public sandbox opens every port without the token, until it is
+	// private again.
+	public := func(on bool) {
+		t.Helper()
+		got, err := d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Public: &on})
+		if err != nil || got.Public != on {
+			t.Fatalf("public %v: %+v %v", on, got.Public, err)
+		}
+	}
+	public(true)
+	for _, url := range []string{d.portPath(sb.ID, 8001), d.portHost(sb.ID, 8000)} {
+		if resp, b := do(t, hc, "GET", url+"/echo/", "", nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s of a public sandbox without a token: %s %q", url, resp.Status, b)
+		}
+	}
+	if ports, err := d.client.ListPorts(ctx, sb.ID); err != nil || len(ports) != 2 || !ports[0].Public || !ports[1].Public {
+		t.Fatalf("ports of a public sandbox: %+v %v", ports, err)
+	}
+	public(false)
+	if resp, _ := do(t, hc, "GET", d.portPath(sb.ID, 8001)+"/echo/", "", nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("private again, no token: %s", resp.Status)
+	}
+	// The CLI's --public, kept across a restart.
+	out, errOut, code := d.cli("", "create", "--public")
+	pubID := strings.TrimSpace(out)
+	if code != 0 {
+		t.Fatalf("berth create --public: %q %d", errOut, code)
+	}
+	d.stop()
+	d.start()
+	if got, err := d.client.GetSandbox(ctx, pubID); err != nil || !got.Public {
+		t.Fatalf("created with --public, after a restart: %+v %v", got, err)
+	}
 	for _, bad := range [][]int{{0}, {8000, 70000}, make([]int, api.MaxPublicPorts+1)} {
 		_, err := d.client.SetPublicPorts(ctx, sb.ID, bad)
 		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "public_ports") {
@@ -651,7 +684,7 @@ func TestPortsAccess(t *testing.T) {
 	if out, errOut, code := d.cli("", "access-token", sb.ID); code != 0 || out != newTok+"\n" {
 		t.Fatalf("berth access-token: %q %q %d", out, errOut, code)
 	}
-	out, _, code := d.cli("", "access-token", "--rotate", sb.ID)
+	out, _, code = d.cli("", "access-token", "--rotate", sb.ID)
 	if rotated := strings.TrimSpace(out); code != 0 || rotated == newTok || rotated == "" {
 		t.Fatalf("berth access-token --rotate: %q %d", out, code)
 	}

@@ -168,8 +168,10 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 }
 
 // Update applies a merge patch to a sandbox's labels (a value sets a label,
-// nil removes it) and changes its limits (running sandboxes only; a zero
-// field keeps its value). Nothing changes unless everything is valid.
+// nil removes it), changes its limits (running sandboxes only; a zero
+// field keeps its value), its network, its public ports and whether it is
+// public, and replaces the timeouts it gives. Nothing changes unless
+// everything is valid.
 func (m *Manager) Update(ctx context.Context, tenant, id string, req api.UpdateSandboxRequest) (api.Sandbox, error) {
 	unlock := m.ops.lock(id)
 	defer unlock()
@@ -201,6 +203,11 @@ func (m *Manager) Update(ctx context.Context, tenant, id string, req api.UpdateS
 			return api.Sandbox{}, err
 		}
 	}
+	if req.Timeouts != nil {
+		if err := m.checkTimeouts(*req.Timeouts, rec.Runtime); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
 	if req.Network != nil {
 		if err := m.updateNetwork(ctx, rec, *req.Network); err != nil {
 			return api.Sandbox{}, err
@@ -211,12 +218,67 @@ func (m *Manager) Update(ctx context.Context, tenant, id string, req api.UpdateS
 			return api.Sandbox{}, err
 		}
 	}
+	if req.Public != nil || req.Timeouts != nil {
+		err := m.patchSpec(ctx, tenant, id, func(spec *api.CreateSandboxRequest) {
+			if req.Public != nil {
+				spec.Public = *req.Public
+			}
+			if t := req.Timeouts; t != nil {
+				patchTimeouts(&spec.Timeouts, *t)
+			}
+		})
+		if err != nil {
+			return api.Sandbox{}, err
+		}
+	}
 	if req.Labels != nil {
 		if err := m.store.SetLabels(ctx, id, merged); err != nil {
 			return api.Sandbox{}, err
 		}
 	}
 	return m.Get(ctx, tenant, id)
+}
+
+// patchTimeouts replaces the timeouts in force with those p gives. The
+// sweeper reads them from the stored spec, so the next sweep obeys them.
+func patchTimeouts(t *api.Timeouts, p api.Timeouts) {
+	for i, f := range timeoutFields(&p) {
+		if *f.p != nil {
+			v := **f.p
+			*timeoutFields(t)[i].p = &v
+		}
+	}
+	// A bool cannot say "absent": true turns auto-resume on, false keeps it.
+	if p.AutoResume {
+		t.AutoResume = true
+	}
+}
+
+// patchSpec changes sandbox id's stored spec with change and, for a
+// running sandbox, the live copy the same way.
+func (m *Manager) patchSpec(ctx context.Context, tenant, id string, change func(*api.CreateSandboxRequest)) error {
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	spec, err := recordSpec(rec)
+	if err != nil {
+		return err
+	}
+	change(&spec)
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if err := m.store.SetSpec(ctx, id, b); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if ls := m.live[id]; ls != nil {
+		change(&ls.spec)
+	}
+	m.mu.Unlock()
+	return nil
 }
 
 // updateNetwork replaces a sandbox's network policy: at once for a running

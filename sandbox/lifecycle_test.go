@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,5 +210,85 @@ func TestTimeoutValidation(t *testing.T) {
 	_, err := m.Create(t.Context(), "", api.CreateSandboxRequest{Timeouts: api.Timeouts{IdleSeconds: secs(-1)}})
 	if !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("negative timeout: %v", err)
+	}
+}
+
+// TestUpdateTimeoutsAndPublic: PATCH's timeouts replace the given fields
+// only, are checked as at create (nothing changes on a bad one), and the
+// sweeper obeys them at once; max_lifetime_s still counts from creation.
+// public opens every port without the token, and closes them again.
+func TestUpdateTimeoutsAndPublic(t *testing.T) {
+	m, clk := newManager(t)
+	ctx := t.Context()
+	sb, err := m.Create(ctx, "", api.CreateSandboxRequest{Timeouts: api.Timeouts{IdleSeconds: secs(60), MaxLifetimeSeconds: secs(3600)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []api.Timeouts{{MaxLifetimeSeconds: secs(-1)}, {IdleSeconds: secs(0), DeleteAfterSeconds: secs(maxTimeout + 1)}} {
+		pub := true
+		_, err := m.Update(ctx, "", sb.ID, api.UpdateSandboxRequest{Timeouts: &bad, Public: &pub})
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "timeouts.") {
+			t.Fatalf("timeouts %+v: %v", bad, err)
+		}
+	}
+	if got := state(t, m, sb.ID); *got.Timeouts.IdleSeconds != 60 || got.Public {
+		t.Fatalf("a refused update changed the sandbox: %+v", got)
+	}
+
+	clk.Advance(5 * time.Minute)
+	got, err := m.Update(ctx, "", sb.ID, api.UpdateSandboxRequest{Timeouts: &api.Timeouts{IdleSeconds: secs(0), MaxLifetimeSeconds: secs(400)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if to := got.Timeouts; *to.IdleSeconds != 0 || *to.MaxLifetimeSeconds != 400 || *to.DeleteAfterSeconds != 0 {
+		t.Fatalf("timeouts after the update: idle %d max %d delete %d", *to.IdleSeconds, *to.MaxLifetimeSeconds, *to.DeleteAfterSeconds)
+	}
+	clk.Advance(90 * time.Second) // 390 s old, idle for 390 s: idle is off
+	m.Sweep(ctx)
+	if got := state(t, m, sb.ID); got.State != api.StateRunning {
+		t.Fatalf("stopped with the idle timeout off: %+v", got)
+	}
+	clk.Advance(20 * time.Second) // 410 s old
+	m.Sweep(ctx)
+	if got := state(t, m, sb.ID); got.State != api.StateStopped || !strings.Contains(got.Error, "maximum lifetime") {
+		t.Fatalf("running past the lowered lifetime: %+v", got)
+	}
+
+	// A stopped sandbox's timeouts change too: delete it a minute on.
+	if _, err := m.Update(ctx, "", sb.ID, api.UpdateSandboxRequest{Timeouts: &api.Timeouts{DeleteAfterSeconds: secs(60)}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Minute)
+	m.Sweep(ctx)
+	if _, err := m.Get(ctx, "", sb.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("not deleted after the new delete_after: %v", err)
+	}
+
+	sb, err = m.Create(ctx, "", api.CreateSandboxRequest{Public: true})
+	if err != nil || !sb.Public {
+		t.Fatalf("create public: %+v %v", sb.Public, err)
+	}
+	done, err := m.AuthorizePort(ctx, "", sb.ID, 8123, "")
+	if err != nil {
+		t.Fatalf("a public sandbox's port without a token: %v", err)
+	}
+	done()
+	off := false
+	if got, err := m.Update(ctx, "", sb.ID, api.UpdateSandboxRequest{Public: &off}); err != nil || got.Public {
+		t.Fatalf("public off: %+v %v", got.Public, err)
+	}
+	if _, err := m.AuthorizePort(ctx, "", sb.ID, 8123, ""); errdefs.ClassOf(err) != errdefs.Unauthenticated {
+		t.Fatalf("no longer public, no token: %v", err)
+	}
+	if _, err := m.Stop(ctx, "", sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	on := true
+	if _, err := m.Update(ctx, "", sb.ID, api.UpdateSandboxRequest{Public: &on}); err != nil {
+		t.Fatal(err)
+	}
+	// Stopped: the token check passes (public on record), the state does not.
+	if _, err := m.AuthorizePort(ctx, "", sb.ID, 8123, ""); !errdefs.IsConflict(err) {
+		t.Fatalf("public and stopped, no token: %v", err)
 	}
 }

@@ -698,7 +698,7 @@ func toAPI(rec store.Sandbox, spec api.CreateSandboxRequest) api.Sandbox {
 		ID: rec.ID, State: rec.State, Image: rec.Image, ImageID: rec.ImageID, Runtime: rec.Runtime, Env: spec.Env,
 		Workdir: spec.Workdir, User: spec.User, Labels: rec.Labels, Limits: spec.Limits,
 		Timeouts: spec.Timeouts, Network: networkOf(spec), CreatedAt: rec.CreatedAt, Error: rec.Error,
-		PublicPorts: spec.PublicPorts, AccessToken: rec.AccessToken, StartCmd: spec.StartCmd,
+		PublicPorts: spec.PublicPorts, Public: spec.Public, AccessToken: rec.AccessToken, StartCmd: spec.StartCmd,
 		Archived: rec.ArchiveBytes > 0,
 	}
 	if !rec.StoppedAt.IsZero() {

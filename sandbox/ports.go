@@ -80,11 +80,12 @@ func (m *Manager) accessToken(ctx context.Context, id string, ls *liveSandbox) (
 }
 
 // AuthorizePort checks a request for port of sandbox id: the token (a
-// wrong or missing one is unauthenticated) unless the port is public, and
-// then that the sandbox runs (conflict, saying what to do, otherwise). The
-// token is checked first, so that a caller without it learns nothing of
-// the sandbox's state. done ends the request's activity: while it is open
-// the sandbox is active for its idle timeout.
+// wrong or missing one is unauthenticated) unless the port or the whole
+// sandbox is public, and then that the sandbox runs (conflict, saying
+// what to do, otherwise). The token is checked first, so that a caller
+// without it learns nothing of the sandbox's state. done ends the
+// request's activity: while it is open the sandbox is active for its idle
+// timeout.
 func (m *Manager) AuthorizePort(ctx context.Context, tenant, id string, port int, token string) (done func(), err error) {
 	if err := checkPort("port", port); err != nil {
 		return nil, err
@@ -100,7 +101,7 @@ func (m *Manager) AuthorizePort(ctx context.Context, tenant, id string, port int
 	ls := m.live[id]
 	var public, autoResume bool
 	if ls != nil {
-		public = slices.Contains(ls.spec.PublicPorts, port)
+		public = ls.spec.Public || slices.Contains(ls.spec.PublicPorts, port)
 	}
 	m.mu.Unlock()
 	if ls == nil {
@@ -113,7 +114,7 @@ func (m *Manager) AuthorizePort(ctx context.Context, tenant, id string, port int
 		if err != nil {
 			return nil, err
 		}
-		public = slices.Contains(spec.PublicPorts, port)
+		public = spec.Public || slices.Contains(spec.PublicPorts, port)
 		autoResume = spec.Timeouts.AutoResume
 	}
 	if !public {
@@ -272,11 +273,11 @@ func (m *Manager) ListPorts(ctx context.Context, tenant, id string) ([]api.Port,
 		return nil, m.gone(id, err)
 	}
 	m.mu.Lock()
-	public := ls.spec.PublicPorts
+	public, all := ls.spec.PublicPorts, ls.spec.Public
 	m.mu.Unlock()
 	out := make([]api.Port, 0, len(got))
 	for _, p := range got {
-		out = append(out, api.Port{Port: p.Port, Address: p.Address, Proto: p.Proto, Public: slices.Contains(public, p.Port)})
+		out = append(out, api.Port{Port: p.Port, Address: p.Address, Proto: p.Proto, Public: all || slices.Contains(public, p.Port)})
 	}
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
@@ -136,15 +137,8 @@ func (m *Manager) normalizeRequest(req api.CreateSandboxRequest) (api.CreateSand
 	if err := labels.Validate(req.Labels); err != nil {
 		return req, err
 	}
-	if err := m.normalizeTimeouts(&req.Timeouts); err != nil {
+	if err := m.normalizeTimeouts(&req.Timeouts, req.Runtime); err != nil {
 		return req, err
-	}
-	if a := req.Timeouts.ArchiveAfterSeconds; a != nil && *a > 0 {
-		if t, err := m.tier(req.Runtime); err == nil {
-			if _, _, _, err := m.archiver(t); err != nil {
-				return req, errdefs.Wrap(errdefs.NotImplemented, err, "timeouts.archive_after_s")
-			}
-		}
 	}
 	if strings.IndexByte(req.StartCmd, 0) >= 0 || len(req.StartCmd) > maxArgBytes {
 		return req, errdefs.New(errdefs.InvalidArgument, "start_cmd: holds a NUL byte or is over %d bytes", maxArgBytes)
@@ -218,27 +212,55 @@ func validateLimits(l api.Limits, caps runtime.Capabilities) error {
 // maxTimeout bounds every timeout (ten years: "never" is 0).
 const maxTimeout = 10 * 365 * 24 * 3600
 
-// normalizeTimeouts fills absent timeouts with the daemon's defaults and
-// checks the given ones.
-func (m *Manager) normalizeTimeouts(t *api.Timeouts) error {
-	d := m.cfg.DefaultTimeouts
-	for _, f := range []struct {
-		name string
-		p    **int64
-		def  int64
-	}{
-		{"timeouts.idle_timeout_s", &t.IdleSeconds, int64(d.Idle.Seconds())},
-		{"timeouts.delete_after_s", &t.DeleteAfterSeconds, int64(d.DeleteAfter.Seconds())},
-		{"timeouts.archive_after_s", &t.ArchiveAfterSeconds, int64(d.ArchiveAfter.Seconds())},
-		{"timeouts.max_lifetime_s", &t.MaxLifetimeSeconds, int64(d.MaxLifetime.Seconds())},
-	} {
+// timeoutField is one timeout of a request, by its wire name.
+type timeoutField struct {
+	name string
+	p    **int64
+}
+
+// timeoutFields are t's timeouts, in one order for every caller.
+func timeoutFields(t *api.Timeouts) []timeoutField {
+	return []timeoutField{
+		{"timeouts.idle_timeout_s", &t.IdleSeconds},
+		{"timeouts.delete_after_s", &t.DeleteAfterSeconds},
+		{"timeouts.archive_after_s", &t.ArchiveAfterSeconds},
+		{"timeouts.max_lifetime_s", &t.MaxLifetimeSeconds},
+	}
+}
+
+// checkTimeouts checks the timeouts a request gives (absent ones are not
+// checked), and that runtime rt can archive if archive_after_s asks it to.
+func (m *Manager) checkTimeouts(t api.Timeouts, rt string) error {
+	for _, f := range timeoutFields(&t) {
 		if *f.p == nil {
-			v := f.def
-			*f.p = &v
 			continue
 		}
 		if v := **f.p; v < 0 || v > maxTimeout {
 			return errdefs.New(errdefs.InvalidArgument, "%s: %d is outside 0..%d seconds (0 = never)", f.name, v, maxTimeout)
+		}
+	}
+	if a := t.ArchiveAfterSeconds; a != nil && *a > 0 {
+		if tr, err := m.tier(rt); err == nil {
+			if _, _, _, err := m.archiver(tr); err != nil {
+				return errdefs.Wrap(errdefs.NotImplemented, err, "timeouts.archive_after_s")
+			}
+		}
+	}
+	return nil
+}
+
+// normalizeTimeouts checks the timeouts of a create for runtime rt and
+// fills the absent ones with the daemon's defaults.
+func (m *Manager) normalizeTimeouts(t *api.Timeouts, rt string) error {
+	if err := m.checkTimeouts(*t, rt); err != nil {
+		return err
+	}
+	d := m.cfg.DefaultTimeouts
+	defs := []time.Duration{d.Idle, d.DeleteAfter, d.ArchiveAfter, d.MaxLifetime}
+	for i, f := range timeoutFields(t) {
+		if *f.p == nil {
+			v := int64(defs[i].Seconds())
+			*f.p = &v
 		}
 	}
 	return nil
