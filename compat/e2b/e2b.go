@@ -16,10 +16,12 @@ package e2b
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -46,6 +48,9 @@ const (
 	// EnvdVersion is the envd version berth reports: the SDKs gate
 	// features on it, and berth serves every feature up to this one.
 	EnvdVersion = "0.5.7"
+
+	// maxMessage bounds one Connect message from a client.
+	maxMessage = 32 << 20
 
 	headerSandboxID   = "E2b-Sandbox-Id"
 	headerSandboxPort = "E2b-Sandbox-Port"
@@ -149,7 +154,9 @@ func New(cfg Config, m Manager, images Templates) *Group {
 	g.procs = newProcesses()
 	g.watchers = newWatchers(cfg.Now)
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithInterceptors(classify{})}
+	// A message is read whole before a handler sees it: bound it (input
+	// for a process is sent in pieces far smaller).
+	opts := []connect.HandlerOption{connect.WithInterceptors(classify{}), connect.WithReadMaxBytes(maxMessage)}
 	mux.Handle(processconnect.NewProcessHandler(&processService{g: g}, opts...))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{g: g}, opts...))
 	g.routeEnvdREST(mux)
@@ -172,7 +179,7 @@ func (g *Group) Routes(r *server.Router) {
 	for _, p := range []string{
 		"/" + processconnect.ProcessName + "/",
 		"/" + filesystemconnect.FilesystemName + "/",
-		"/files", "/envs",
+		"/files", "/envs", "/health",
 	} {
 		r.HandleHTTP(p, http.HandlerFunc(g.serveHeader))
 	}
@@ -230,6 +237,10 @@ func (g *Group) serveHost(w http.ResponseWriter, r *http.Request) error {
 // berth serves servers inside at their own URLs).
 func (g *Group) serveHeader(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(headerSandboxID)
+	if id == "" && r.URL.Path == "/health" {
+		w.WriteHeader(http.StatusNoContent) // the control API's health
+		return
+	}
 	if id == "" {
 		g.writeError(w, r, errdefs.New(errdefs.NotFound, "%s %s: envd's routes need the %s header (or the host %d-ID%s)", r.Method, r.URL.Path, headerSandboxID, EnvdPort, g.domain))
 		return
@@ -247,13 +258,19 @@ func (g *Group) serveHeader(w http.ResponseWriter, r *http.Request) {
 func (g *Group) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	tenant := server.Tenant(r)
 	sb, err := g.m.Get(r.Context(), tenant, id)
+	if errdefs.IsNotFound(err) {
+		// E2B's proxy answers so, and the SDKs know the words: their
+		// error says the sandbox is gone, not that a route is missing.
+		server.NoteError(r, err)
+		writeJSON(w, http.StatusBadGateway, sandboxNotFound{SandboxID: id, Message: "The sandbox was not found", Code: http.StatusBadGateway})
+		return
+	}
 	if err != nil {
 		g.writeError(w, r, err)
 		return
 	}
-	token := r.Header.Get(headerAccessToken)
-	if subtle.ConstantTimeCompare([]byte(token), []byte(sb.AccessToken)) != 1 || sb.AccessToken == "" {
-		g.writeError(w, r, errdefs.New(errdefs.Unauthenticated, "sandbox %s: %s is missing or wrong", id, headerAccessToken))
+	if err := g.checkAccess(r, sb.AccessToken); err != nil {
+		g.writeError(w, r, errdefs.New(errdefs.Unauthenticated, "sandbox %s: %v", id, err))
 		return
 	}
 	user, err := requestUser(r)
@@ -267,6 +284,41 @@ func (g *Group) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	g.envd.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// checkAccess checks an envd request's access token, or, for a file URL
+// the SDK signed (download_url, upload_url), its signature: v1_ and the
+// unpadded base64 of SHA-256("path:operation:user:token[:expiration]"),
+// unexpired.
+func (g *Group) checkAccess(r *http.Request, token string) error {
+	if token == "" {
+		return errors.New("it has no access token")
+	}
+	if got := r.Header.Get(headerAccessToken); got != "" || r.URL.Path != "/files" || !r.URL.Query().Has("signature") {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			return fmt.Errorf("%s is missing or wrong", headerAccessToken)
+		}
+		return nil
+	}
+	q := r.URL.Query()
+	op := "read"
+	if r.Method == http.MethodPost {
+		op = "write"
+	}
+	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + token
+	if exp := q.Get("signature_expiration"); exp != "" {
+		at, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil || g.cfg.Now().Unix() > at {
+			return errors.New("the signature has expired")
+		}
+		raw += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(raw))
+	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	if subtle.ConstantTimeCompare([]byte(q.Get("signature")), []byte(want)) != 1 {
+		return errors.New("the signature is wrong")
+	}
+	return nil
 }
 
 // requestUser is the user an envd request acts as: HTTP Basic's user name
@@ -294,6 +346,14 @@ func (g *Group) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	server.NoteError(r, err)
 	status := errdefs.HTTPStatus(errdefs.ClassOf(err))
 	writeJSON(w, status, apiError{Code: status, Message: errdefs.Message(err)})
+}
+
+// sandboxNotFound is the body of E2B's proxy for a sandbox it does not
+// have.
+type sandboxNotFound struct {
+	SandboxID string `json:"sandboxId"`
+	Message   string `json:"message"`
+	Code      int    `json:"code"`
 }
 
 // apiError is E2B's error body.
