@@ -9,7 +9,7 @@ STATE   ?= /var/lib/berth
 LISTEN  ?= 127.0.0.1:7680
 PKGS    := ./...
 
-.PHONY: build run install test test-go test-python test-deps vet bench bench-deps bench-go fuzz clean
+.PHONY: build run install test test-go test-python test-e2b test-deps vet bench bench-deps bench-go fuzz clean
 
 build:
 	$(GO) build -trimpath -o $(GUEST) ./cmd/berth-guest
@@ -33,7 +33,7 @@ vet:
 test-deps:
 	./scripts/test-deps.sh
 
-test: test-go test-python
+test: test-go test-python test-e2b
 
 test-go: build vet test-deps
 	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $(PKGS)
@@ -50,13 +50,30 @@ $(VENV)/.installed: sdk/python/pyproject.toml
 test-python: build test-deps $(VENV)/.installed
 	cd sdk/python && BERTH_BINARY=$(CURDIR)/$(BIN) .venv/bin/python -m pytest -p no:cacheprovider -rfEx tests
 
+# E2B's own SDKs, as users install them (Python e2b from PyPI, the npm
+# package e2b; pinned in compat/e2b/sdktest), run unchanged against a real
+# daemon: berth's E2B compatibility (docs/e2b.md).
+E2B_TEST := compat/e2b/sdktest
+$(E2B_TEST)/.venv/.installed: $(E2B_TEST)/requirements.txt
+	python3 -m venv $(E2B_TEST)/.venv
+	$(E2B_TEST)/.venv/bin/pip install -q --disable-pip-version-check -r $(E2B_TEST)/requirements.txt
+	touch $@
+$(E2B_TEST)/node/node_modules/.installed: $(E2B_TEST)/node/package-lock.json
+	cd $(E2B_TEST)/node && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+test-e2b: build test-deps $(E2B_TEST)/.venv/.installed $(E2B_TEST)/node/node_modules/.installed
+	cd $(E2B_TEST)/python && BERTH_BINARY=$(CURDIR)/$(BIN) ../.venv/bin/python -m pytest -p no:cacheprovider -rfEx .
+	cd $(E2B_TEST)/node && BERTH_BINARY=$(CURDIR)/$(BIN) node --test --test-concurrency=1 e2b.test.mjs
+
 # The benchmark suite: berth beside crun, runc, runsc, bwrap and podman in
-# one run of interleaved rounds (bench/main.go says how). It writes
-# bench/results/latest.{md,json} and the table in README.md.
+# one run of interleaved rounds (bench/main.go says how), and through E2B's
+# Python SDK (the venv above). It writes bench/results/latest.{md,json} and
+# the table in README.md.
 bench-deps:
 	./scripts/bench-deps.sh
 
-bench: build bench-deps
+bench: build bench-deps $(E2B_TEST)/.venv/.installed
 	$(GO) run ./bench -berth $(BIN) -readme README.md $(BENCHFLAGS)
 
 # The Go benchmarks of the e2e package (one metric at a time, no peers).
@@ -64,4 +81,4 @@ bench-go: build
 	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchtime 200x -timeout 20m ./e2e/
 
 clean:
-	rm -rf bin $(GUEST) $(VENV)
+	rm -rf bin $(GUEST) $(VENV) $(E2B_TEST)/.venv $(E2B_TEST)/node/node_modules

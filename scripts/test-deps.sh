@@ -48,3 +48,11 @@ if [ ! -s "$image" ]; then
 	mmdebstrap --quiet --variant=minbase --include=python3,python3-pip bookworm "$tmp" http://deb.debian.org/debian
 	mv "$tmp" "$image"
 fi
+
+# E2B's JavaScript SDK (make test-e2b) needs Node 20.18.1 or newer and npm;
+# Debian 12's nodejs is older, so this is a host prerequisite, not a package
+# this script installs.
+if ! node -e 'const [a,b,c]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&(b>18||(b===18&&c>=1)))?0:1)' 2>/dev/null || ! command -v npm >/dev/null; then
+	echo "tests need Node.js >= 20.18.1 with npm on PATH (E2B's JavaScript SDK runs against berth); have: $(node --version 2>/dev/null || echo none)" >&2
+	exit 1
+fi
