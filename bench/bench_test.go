@@ -112,7 +112,7 @@ func TestMarkdownGolden(t *testing.T) {
 			{Group: "start", Name: "create", Subject: "crun run", Unit: "ms", Summary: &Summary{N: 59, P10: 10, P50: 11, P90: 12, P99: 13, Min: 9, Max: 14}, Ratio: &Summary{N: 59, P10: 0.2, P50: 0.3, P90: 0.5}, NotMeasured: "1 of 60 samples failed",
 				Target: &Target{Stat: "ratio_p50", AtMost: true, Limit: 1 / 1.5}},
 			{Group: "start", Name: "create", Subject: "runsc run", Unit: "ms", NotMeasured: "runsc is not installed | see\nthe log"},
-			{Group: "exec", Name: "throughput", Subject: "berth", Unit: "execs/s", Value: &rate},
+			{Group: "exec", Name: "throughput", Subject: "berth", Unit: "execs/s", Value: &rate, Note: "for scale: 1000/s elsewhere"},
 			{Group: "density", Name: "memory", Subject: "berth", Unit: "MiB", Value: &mem, Target: &Target{Stat: "value", AtMost: true, Limit: 8}},
 		},
 		Notes: []string{"A note."},
@@ -153,7 +153,7 @@ func TestReplaceBetween(t *testing.T) {
 func TestConfigCheck(t *testing.T) {
 	good := config{berth: os.Args[0], rounds: 1, execRounds: 1, density: 1, window: time.Second, smallFiles: 1,
 		netRounds: 1, netRequests: 1, netDensity: 1, portsRounds: 1, portsRequests: 1, portsIdle: 1, pullRounds: 1, imageBytes: 1 << 20,
-		snapRounds: 1, snapFiles: 10, snapBytes: 1 << 20, diffFiles: 1}
+		snapRounds: 1, snapFiles: 10, snapBytes: 1 << 20, diffFiles: 1, e2bRounds: 1}
 	if err := good.check(); err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +170,7 @@ func TestConfigCheck(t *testing.T) {
 		"pulls":    func(c *config) { c.pullRounds = 0 },
 		"image":    func(c *config) { c.imageBytes = 2 << 30 },
 		"snaps":    func(c *config) { c.snapFiles = 1 },
+		"e2b":      func(c *config) { c.e2bRounds = 0 },
 	} {
 		c := good
 		mut(&c)
@@ -201,7 +202,10 @@ func TestMeasureSmoke(t *testing.T) {
 	cfg := config{berth: testutil.Berth(t), work: work, rounds: 2, execRounds: 3, density: 3, bursts: []int{3},
 		clients: []int{1, 4}, window: 200 * time.Millisecond, smallFiles: 20, peers: true,
 		net: true, netRounds: 2, netRequests: 3, netDensity: 2, portsRounds: 2, portsRequests: 3, portsIdle: 5,
-		pullRounds: 2, imageBytes: 4 << 20, snapRounds: 2, snapFiles: 20, snapBytes: 2 << 20, diffFiles: 50}
+		pullRounds: 2, imageBytes: 4 << 20, snapRounds: 2, snapFiles: 20, snapBytes: 2 << 20, diffFiles: 50,
+		e2bRounds: 2, e2bPython: "../compat/e2b/sdktest/.venv/bin/python"}
+	// E2B's SDK is measured where make test-e2b (or make bench) installed it.
+	_, noSDK := os.Stat(cfg.e2bPython)
 	netnsBefore, _ := os.ReadDir("/run/netns")
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -220,11 +224,14 @@ func TestMeasureSmoke(t *testing.T) {
 		if strings.HasPrefix(m.Subject, "berth") && !measured {
 			t.Errorf("%s / %s: berth not measured: %s", m.Name, m.Subject, m.NotMeasured)
 		}
+		if m.Group == "e2b" && noSDK == nil && !measured {
+			t.Errorf("%s / %s: not measured with E2B's SDK installed: %s", m.Name, m.Subject, m.NotMeasured)
+		}
 		if m.Summary != nil && m.Summary.N > 0 && (m.Summary.Min <= 0 || m.Summary.Min > m.Summary.P50 || m.Summary.P50 > m.Summary.Max) {
 			t.Errorf("%s / %s: implausible summary %+v", m.Name, m.Subject, m.Summary)
 		}
 	}
-	for _, g := range []string{"start", "exec", "files", "density", "network", "ports", "images", "snapshots"} {
+	for _, g := range []string{"start", "exec", "files", "density", "network", "ports", "images", "snapshots", "e2b"} {
 		if !groups[g] {
 			t.Errorf("no %s rows", g)
 		}
@@ -243,7 +250,7 @@ func TestMeasureSmoke(t *testing.T) {
 	}
 	// Both daemons removed their state: no sandbox was left to delete.
 	for _, d := range []string{"berth-warm", "berth-cold", "berth-sized-pool", "berth-net", "berth-net-none", "berth-net-allowlist", "berth-ports",
-		"berth-images", "berth-images-pool", "image"} {
+		"berth-images", "berth-images-pool", "image", "berth-e2b"} {
 		if _, err := os.Stat(filepath.Join(work, d)); !os.IsNotExist(err) {
 			t.Errorf("%s's state is still there (a sandbox was left?): %v", d, err)
 		}

@@ -59,7 +59,9 @@ func main() {
 	flag.IntVar(&cfg.portsIdle, "ports-idle", 1000, "idle WebSockets held open for the daemon's memory")
 	flag.IntVar(&cfg.pullRounds, "pull-rounds", 10, "first pulls of the image from the bench's registry")
 	flag.Int64Var(&cfg.imageBytes, "image", 100<<20, "random bytes in the pulled image, split over its 4 data layers")
-	only := flag.String("only", "", "run only these steps, comma-separated: starts, exec, roundtrips, throughput, bursts, files, density, network, ports, images, snapshots (a partial run; do not give -readme)")
+	flag.IntVar(&cfg.e2bRounds, "e2b-rounds", 30, "rounds of create samples through E2B's SDK and the native API (the exec round trips take -exec-rounds)")
+	flag.StringVar(&cfg.e2bPython, "e2b-python", "compat/e2b/sdktest/.venv/bin/python", "the Python with E2B's SDK (make compat/e2b/sdktest/.venv/.installed); missing: the e2b rows say so")
+	only := flag.String("only", "", "run only these steps, comma-separated: starts, exec, roundtrips, throughput, bursts, files, density, network, ports, images, snapshots, e2b (a partial run; do not give -readme)")
 	out := flag.String("out", "bench/results", "directory for latest.md and latest.json")
 	readme := flag.String("readme", "", "a file whose section between <!-- bench:start --> and <!-- bench:end --> gets the table")
 	flag.Parse()
@@ -145,9 +147,11 @@ func (c config) check() error {
 		return errors.New("-snap-rounds (1..1000), -snap-files (10..100000) and -diff-files (1..100000) are out of range")
 	case c.snapBytes < int64(c.snapFiles) || c.snapBytes > 4<<30:
 		return errors.New("-snap-bytes must be between -snap-files and 4 GiB")
+	case c.e2bRounds < 1 || c.e2bRounds > 1000 || c.execRounds > 100_000:
+		return errors.New("-e2b-rounds must be between 1 and 1000 (and -exec-rounds at most 100000)")
 	}
 	for _, k := range c.only {
-		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "files", "density", "network", "ports", "images", "snapshots"}, k) {
+		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "files", "density", "network", "ports", "images", "snapshots", "e2b"}, k) {
 			return fmt.Errorf("-only: %q is not a step", k)
 		}
 	}

@@ -47,8 +47,11 @@ type Metric struct {
 	Samples []float64 `json:"samples,omitempty"`
 	// NotMeasured says why there is no figure (or, beside a Summary, what
 	// went wrong with some samples).
-	NotMeasured string  `json:"not_measured,omitempty"`
-	Target      *Target `json:"target,omitempty"`
+	NotMeasured string `json:"not_measured,omitempty"`
+	// Note is context for reading the row (a figure from elsewhere, not
+	// measured here); the table shows it after the name.
+	Note   string  `json:"note,omitempty"`
+	Target *Target `json:"target,omitempty"`
 }
 
 // Target is a goal from the bench issue, checked against the row.
@@ -137,12 +140,15 @@ func markdown(res *Results) string {
 			}
 		}
 		name := m.Name
+		if m.Note != "" {
+			name += " (" + m.Note + ")"
+		}
 		if m.NotMeasured != "" && (m.Summary != nil || m.Value != nil) {
 			name += " (" + m.NotMeasured + ")"
 		}
 		switch {
 		case m.Summary == nil && m.Value == nil:
-			fmt.Fprintf(&b, "| %s | %s | not measured (%s) | | | | | | | %s |\n", m.Name, m.Subject, oneLine(m.NotMeasured), target)
+			fmt.Fprintf(&b, "| %s | %s | not measured (%s) | | | | | | | %s |\n", name, m.Subject, oneLine(m.NotMeasured), target)
 		case m.Value != nil:
 			fmt.Fprintf(&b, "| %s | %s | %s %s | | | | | | | %s |\n", name, m.Subject, num(*m.Value), m.Unit, target)
 		default:

@@ -48,6 +48,8 @@ type config struct {
 	snapBytes     int64         // bytes it wrote
 	diffFiles     int           // files the diffed sandbox changed
 	snapHostOnly  bool          // the snapshots step on the bench's disk only, not on ext4 and XFS images too
+	e2bRounds     int           // rounds of create samples through E2B's SDK and the native API
+	e2bPython     string        // the Python that has E2B's SDK (its venv's)
 	only          []string      // the steps to run (by key; empty: all)
 }
 
@@ -120,6 +122,7 @@ func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error
 		{"ports", "ports", func(ctx context.Context, _ []subject) error { return s.ports(ctx) }},
 		{"images", "images", func(ctx context.Context, _ []subject) error { return s.images(ctx) }},
 		{"snapshots", "snapshots, forks and diffs", func(ctx context.Context, _ []subject) error { return s.snapshots(ctx) }},
+		{"e2b", "E2B's SDK against berth", func(ctx context.Context, _ []subject) error { return s.e2b(ctx) }},
 	}
 	for _, step := range steps {
 		if len(cfg.only) > 0 && !slices.Contains(cfg.only, step.key) {
