@@ -273,6 +273,14 @@ func (g *Group) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		g.writeError(w, r, errdefs.New(errdefs.Unauthenticated, "sandbox %s: %v", id, err))
 		return
 	}
+	if sb.State != api.StateRunning {
+		// E2B's proxy reaches no envd in a sandbox that does not run, and
+		// the SDKs read its 502 as "not running" (is_running() is false).
+		server.NoteError(r, errdefs.New(errdefs.Conflict, "sandbox %s is %s", id, sb.State))
+		writeJSON(w, http.StatusBadGateway, sandboxNotFound{SandboxID: id, Code: http.StatusBadGateway,
+			Message: fmt.Sprintf("The sandbox was not found running: it is %s (Sandbox.connect resumes or starts it)", sb.State)})
+		return
+	}
 	user, err := requestUser(r)
 	if err != nil {
 		g.writeError(w, r, err)

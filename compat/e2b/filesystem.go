@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"errors"
 	"io"
 	"io/fs"
 	"path"
@@ -447,10 +448,12 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		stop()
 		wg.Wait()
 	}()
+	started := false
 	ready := func() error {
 		if err := send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}); err != nil {
 			return err
 		}
+		started = true
 		every := keepaliveEvery(req.Header())
 		wg.Go(func() {
 			t := time.NewTicker(every)
@@ -469,7 +472,7 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		return nil
 	}
 	tr := &translator{s: s, c: c, dir: dir, entries: req.Msg.GetIncludeEntry()}
-	return s.g.m.Watch(ctx, c.tenant, c.id, c.where, dir, req.Msg.GetRecursive(), ready, func(ev api.WatchEvent) error {
+	err = s.g.m.Watch(ctx, c.tenant, c.id, c.where, dir, req.Msg.GetRecursive(), ready, func(ev api.WatchEvent) error {
 		evs, err := tr.events(ctx, ev)
 		for _, fe := range evs {
 			if err := send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: fe}}); err != nil {
@@ -478,6 +481,12 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		}
 		return err
 	})
+	if started && ctx.Err() == nil && (errdefs.IsNotFound(err) || errdefs.IsConflict(err)) {
+		// The sandbox went away under the watch: envd's stream would break,
+		// which the SDKs read as unavailable and check /health.
+		return connect.NewError(connect.CodeUnavailable, errors.New(errdefs.Message(err)))
+	}
+	return err
 }
 
 // CreateWatcher starts a watcher that GetWatcherEvents polls. It answers

@@ -3,6 +3,7 @@ package e2b
 import (
 	"cmp"
 	"context"
+	"errors"
 	"math"
 	"net/http"
 	"path"
@@ -169,7 +170,10 @@ func (s *processService) follow(ctx context.Context, e envdRequest, pid int, tty
 		case o := <-next:
 			switch {
 			case o.err != nil:
-				return false, o.err
+				// The sandbox went away mid-stream (stopped, deleted): envd's
+				// stream would break, which the SDKs read as unavailable and
+				// then ask /health whether the sandbox is gone.
+				return false, connect.NewError(connect.CodeUnavailable, errors.New(errdefs.Message(o.err)))
 			case o.res != nil:
 				if !tty && (o.res.StdoutTruncated || o.res.StderrTruncated) {
 					// envd streams all output; berth's guest keeps a bounded
