@@ -1,5 +1,11 @@
 package api
 
+import (
+	"net"
+	"strconv"
+	"strings"
+)
+
 // Ports: a server listening inside a sandbox is reached through the daemon,
 // at /v1/sandboxes/{id}/ports/{port}/{path...} or at the host
 // {port}-{id}.{domain} (the daemon's --domain, default berth.localhost).
@@ -22,6 +28,26 @@ const (
 	// MaxPublicPorts bounds a sandbox's PublicPorts.
 	MaxPublicPorts = 64
 )
+
+// SplitPortHost reads a Host header of the form {port}-{id}.{domain} (an
+// optional :port after it, any case, a trailing dot). domain is without a
+// leading dot.
+func SplitPortHost(host, domain string) (port int, id string, ok bool) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	label, ok := strings.CutSuffix(host, "."+strings.Trim(strings.ToLower(domain), "."))
+	if !ok || strings.Contains(label, ".") {
+		return 0, "", false
+	}
+	portText, id, ok := strings.Cut(label, "-")
+	port, err := strconv.Atoi(portText)
+	if !ok || err != nil || id == "" {
+		return 0, "", false
+	}
+	return port, id, true
+}
 
 // Port is a TCP port a process inside the sandbox listens on.
 type Port struct {

@@ -212,20 +212,8 @@ func (p *Proxy) ownsHost(host string) bool {
 }
 
 func (p *Proxy) hostTarget(host string) (target, bool) {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	label, ok := strings.CutSuffix(host, p.domain)
-	if !ok || strings.Contains(label, ".") {
-		return target{}, false
-	}
-	portText, id, ok := strings.Cut(label, "-")
-	port, err := strconv.Atoi(portText)
-	if !ok || err != nil || id == "" {
-		return target{}, false
-	}
-	return target{id: id, port: port}, true
+	port, id, ok := api.SplitPortHost(host, p.domain)
+	return target{id: id, port: port}, ok
 }
 
 func (p *Proxy) serveHost(w http.ResponseWriter, r *http.Request) error {

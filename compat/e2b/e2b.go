@@ -211,19 +211,8 @@ func (g *Group) ownsHost(host string) bool {
 }
 
 func (g *Group) hostSandbox(host string) (string, bool) {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	label, ok := strings.CutSuffix(host, g.domain)
-	if !ok || strings.Contains(label, ".") {
-		return "", false
-	}
-	port, id, ok := strings.Cut(label, "-")
-	if !ok || port != strconv.Itoa(EnvdPort) || id == "" {
-		return "", false
-	}
-	return id, true
+	port, id, ok := api.SplitPortHost(host, g.domain)
+	return id, ok && port == EnvdPort
 }
 
 func (g *Group) serveHost(w http.ResponseWriter, r *http.Request) error {
