@@ -116,6 +116,36 @@ func TestE2BRouting(t *testing.T) {
 		}
 	}
 
+	// Malformed Connect requests and an unknown RPC get Connect's errors,
+	// never a 500.
+	envd := map[string]string{"E2b-Sandbox-Id": sb.ID, "X-Access-Token": sb.AccessToken}
+	with := func(h map[string]string) map[string]string {
+		out := map[string]string{}
+		for k, v := range envd {
+			out[k] = v
+		}
+		for k, v := range h {
+			out[k] = v
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name, path, ctype, body string
+		status                  int
+		code                    string
+	}{
+		{"unary, not JSON", "/process.Process/List", "application/json", "{not json", http.StatusBadRequest, "invalid_argument"},
+		{"unary, unknown field type", "/filesystem.Filesystem/Stat", "application/json", `{"path": 7}`, http.StatusBadRequest, "invalid_argument"},
+		{"unknown RPC", "/process.Process/Nope", "application/json", "{}", http.StatusNotFound, ""},
+		{"stream, a truncated envelope", "/process.Process/Start", "application/connect+json", "\x00\x00\x00\x00\x10{}", http.StatusOK, "invalid_argument"},
+		{"stream, envelope of garbage", "/process.Process/Start", "application/connect+json", "\x00\x00\x00\x00\x05{nope", http.StatusOK, "invalid_argument"},
+	} {
+		code, body := do("POST", c.path, with(map[string]string{"Content-Type": c.ctype, "Connect-Protocol-Version": "1"}), c.body)
+		if code != c.status || (c.code != "" && !strings.Contains(body, `"code":"`+c.code+`"`)) {
+			t.Errorf("%s: %d %s; want %d and %q", c.name, code, body, c.status, c.code)
+		}
+	}
+
 	// Misses: another port in the header mode, an unknown sandbox.
 	if code, body := do("POST", "/process.Process/List", map[string]string{"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": "8080",
 		"X-Access-Token": sb.AccessToken, "Content-Type": "application/json"}, "{}"); code != http.StatusBadRequest {

@@ -401,6 +401,12 @@ func toConnect(err error) error {
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
+		if ce.Code() == connect.CodeInternal {
+			// The handlers' own errors are classified below; an internal
+			// one made by connect is its reading of a malformed request
+			// (a truncated envelope): the client's error, not the daemon's.
+			return connect.NewError(connect.CodeInvalidArgument, errors.New(ce.Message()))
+		}
 		return err
 	}
 	if errors.Is(err, context.Canceled) {
