@@ -230,6 +230,9 @@ func (m *Manager) Update(ctx context.Context, tenant, id string, req api.UpdateS
 		if err != nil {
 			return api.Sandbox{}, err
 		}
+		if t := req.Timeouts; t != nil && t.MaxLifetimeSeconds != nil && *t.MaxLifetimeSeconds > 0 {
+			m.sweepAt(rec.CreatedAt.Add(time.Duration(*t.MaxLifetimeSeconds) * time.Second))
+		}
 	}
 	if req.Labels != nil {
 		if err := m.store.SetLabels(ctx, id, merged); err != nil {
@@ -494,18 +497,49 @@ func decide(now time.Time, state string, archived bool, t timeouts, created, sto
 	return action{}
 }
 
-// sweeper applies timeouts until the manager closes.
+// sweeper applies timeouts until the manager closes: every
+// SweepInterval, and at a deadline sweepAt asked for.
 func (m *Manager) sweeper() {
 	defer m.wg.Done()
 	tick := time.NewTicker(m.cfg.SweepInterval)
 	defer tick.Stop()
+	at := time.NewTimer(time.Hour)
+	at.Stop()
+	defer at.Stop()
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
 		case <-tick.C:
 			m.Sweep(m.ctx)
+		case <-m.wake:
+			m.sweepMu.Lock()
+			next := m.nextSweep
+			m.sweepMu.Unlock()
+			at.Reset(max(next.Sub(m.cfg.Now()), 0))
+		case <-at.C:
+			m.sweepMu.Lock()
+			m.nextSweep = time.Time{}
+			m.sweepMu.Unlock()
+			m.Sweep(m.ctx)
 		}
+	}
+}
+
+// sweepAt asks for a sweep at t (a maximum lifetime's end), so that a
+// sandbox stops then rather than at the next tick. Only the earliest
+// pending request is kept; the ticks catch the rest.
+func (m *Manager) sweepAt(t time.Time) {
+	m.sweepMu.Lock()
+	if !m.nextSweep.IsZero() && m.nextSweep.Before(t) {
+		m.sweepMu.Unlock()
+		return
+	}
+	m.nextSweep = t
+	m.sweepMu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default: // a wake is pending; it reads nextSweep
 	}
 }
 

@@ -106,6 +106,11 @@ type Manager struct {
 	ctx    context.Context // ends watchers at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// wake tells the sweeper that nextSweep changed (sweepAt).
+	wake      chan struct{}
+	sweepMu   sync.Mutex
+	nextSweep time.Time
 }
 
 // liveSandbox is a running sandbox's connection and activity.
@@ -173,7 +178,7 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, image
 		tiers[name] = &tier{name: name, rt: rt, caps: rt.Capabilities()}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{cfg: cfg, store: st, tiers: tiers, images: images, log: log, live: map[string]*liveSandbox{},
+	m := &Manager{cfg: cfg, store: st, tiers: tiers, images: images, log: log, live: map[string]*liveSandbox{}, wake: make(chan struct{}, 1),
 		ctx: ctx, cancel: cancel, outputs: budget{size: cfg.ExecOutputBudget},
 		ranges: newIDRanges(cfg.IDMap.Ranges()), net: cfg.Network}
 	m.egress = newEgressLog(st, log, func(id string, rec api.EgressRecord) {

@@ -207,6 +207,7 @@ func (g *Group) routeControl(r *server.Router) {
 	handle("GET /sandboxes/{id}/metrics", g.sandboxMetrics)
 	handle("GET /sandboxes/metrics", g.manyMetrics)
 	g.routeTemplates(handle)
+	g.routeSnapshots(handle)
 
 	unknown := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.writeError(w, r, g.noControlRoute(known, w, r)) })
 	for _, p := range []string{"/sandboxes", "/sandboxes/", "/v2/", "/v3/", "/templates", "/templates/", "/snapshots", "/default-templates"} {
@@ -237,8 +238,6 @@ func (g *Group) noControlRoute(known *http.ServeMux, w http.ResponseWriter, r *h
 	switch {
 	case isTemplatePath(p):
 		return errBuildTemplates
-	case strings.HasPrefix(p, "/snapshots"), strings.HasSuffix(p, "/snapshots"), strings.HasSuffix(p, "/fork"):
-		return errdefs.New(errdefs.NotImplemented, "%s %s: E2B's snapshots and forks are not served; use berth's (POST /v1/sandboxes/{id}/snapshots, /fork; berth snapshot, berth fork)", r.Method, p)
 	case strings.HasSuffix(p, "/logs"):
 		return errdefs.New(errdefs.NotImplemented, "%s %s: berth keeps no sandbox logs; its events are at GET /v1/sandboxes/{id}/events", r.Method, p)
 	}
@@ -742,7 +741,7 @@ func (g *Group) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	}
 	if len(sbs) > limit {
 		last := sbs[limit-1]
-		w.Header().Set("X-Next-Token", pageToken(last))
+		w.Header().Set("X-Next-Token", pageToken(last.CreatedAt, last.ID))
 		sbs = sbs[:limit]
 	}
 	out := make([]sandboxInfo, 0, len(sbs))
@@ -752,9 +751,9 @@ func (g *Group) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, out)
 }
 
-// pageToken is the opaque position after sb in a list.
-func pageToken(sb api.Sandbox) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(sb.CreatedAt.UnixNano(), 10) + "/" + sb.ID))
+// pageToken is the opaque position in a list after the item (sandbox, snapshot) at, id.
+func pageToken(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixNano(), 10) + "/" + id))
 }
 
 func parsePageToken(tok string) (time.Time, string, error) {
@@ -772,10 +771,11 @@ func parsePageToken(tok string) (time.Time, string, error) {
 }
 
 // lifetimeFor is the max_lifetime_s that ends sb at end: whole seconds
-// from its creation, rounded up (never early), at least 1 (0 is never).
+// from its creation, to the nearest (so within half a second of end;
+// rounding up would make a 5 s timeout up to 6), at least 1 (0 is never).
 func lifetimeFor(sb api.Sandbox, end time.Time) int64 {
 	d := end.Sub(sb.CreatedAt)
-	return max(int64(math.Ceil(d.Seconds())), 1)
+	return max(int64(math.Round(d.Seconds())), 1)
 }
 
 // setEnd moves sb's end to end. extend only moves it later: a sandbox

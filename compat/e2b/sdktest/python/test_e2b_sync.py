@@ -245,6 +245,39 @@ def test_connect_after_the_client_process_exits(berth_url: str) -> None:
         s.kill()
 
 
+def test_snapshot_and_fork(sbx: Sandbox) -> None:
+    sbx.files.write("/home/user/state.txt", "before")
+    snap = sbx.create_snapshot(name="sync-snap")
+    assert snap.snapshot_id == "snapshot:sync-snap" and snap.names == [snap.snapshot_id]
+    try:
+        listed = Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items()
+        assert [x.snapshot_id for x in listed] == [snap.snapshot_id]
+        assert [x.snapshot_id for x in Sandbox.list_snapshots(name="sync-snap:default").next_items()] == [snap.snapshot_id]
+        made = Sandbox.create(snap.snapshot_id, timeout=60)
+        try:
+            assert made.files.read("/home/user/state.txt") == "before"
+            assert made.get_info().template_id == snap.snapshot_id
+        finally:
+            made.kill()
+    finally:
+        assert Sandbox.delete_snapshot(snap.snapshot_id) is True
+    assert Sandbox.delete_snapshot(snap.snapshot_id) is False
+
+    forks = sbx.fork(count=2, timeout=60)
+    try:
+        assert len(forks) == 2 and all(isinstance(f, Sandbox) for f in forks)
+        for f in forks:
+            assert f.files.read("/home/user/state.txt") == "before"
+            info = f.get_info()
+            assert info.state == SandboxState.RUNNING and (info.end_at - info.started_at).total_seconds() == 60
+        forks[0].files.write("/home/user/state.txt", "in a fork")
+        assert sbx.files.read("/home/user/state.txt") == "before"
+    finally:
+        for f in forks:
+            if isinstance(f, Sandbox):
+                f.kill()
+
+
 def test_metrics(sbx: Sandbox) -> None:
     sbx.commands.run("head -c 20000000 /dev/zero > /tmp/fill")
     metrics = sbx.get_metrics()
@@ -256,3 +289,12 @@ def test_errors_the_sdk_expects(berth_url: str) -> None:
         Sandbox.create(template="no-such-template")
     with pytest.raises(NotFoundException):
         Sandbox.connect("sb-doesnotexist0")
+
+
+def test_shortened_timeout_ends_the_sandbox_on_time(berth_url: str) -> None:
+    s = Sandbox.create(timeout=300)
+    s.set_timeout(2)
+    time.sleep(3)
+    assert s.is_running() is False
+    with pytest.raises(SandboxException):
+        s.commands.run("true")
