@@ -191,6 +191,35 @@ def test_get_host_reaches_a_server_inside(sbx: Sandbox) -> None:
     assert body == "served from inside"
 
 
+def _get(port: int, host: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/index.html", headers={"Host": host, **(headers or {})})
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+def test_private_traffic_needs_the_traffic_token(berth_url: str) -> None:
+    s = Sandbox.create(network={"allow_public_traffic": False}, timeout=120)
+    try:
+        s.files.write("/home/user/site/index.html", "private")
+        s.commands.run("cd /home/user/site && python3 -m http.server 8001", background=True)
+        host = s.get_host(8001)
+        port = int(host.rsplit(":", 1)[1])
+        token = {"e2b-traffic-access-token": s.traffic_access_token}
+        deadline = time.monotonic() + 15
+        while _get(port, host, token)[0] != 200:
+            assert time.monotonic() < deadline, "the server inside did not answer"
+            time.sleep(0.2)
+        assert _get(port, host, token) == (200, "private")
+        assert _get(port, host)[0] == 401
+        assert _get(port, host, {"e2b-traffic-access-token": "wrong"})[0] == 401
+    finally:
+        s.kill()
+
+
 def test_set_timeout_list_and_kill(berth_url: str) -> None:
     s = Sandbox.create(metadata={"suite": "list", "who": "tester"}, timeout=60)
     other = Sandbox.create(metadata={"suite": "list", "who": "someone-else"}, timeout=60)
