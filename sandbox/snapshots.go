@@ -199,15 +199,18 @@ func snapshotToAPI(sn store.Snapshot) api.Snapshot {
 	return out
 }
 
-// snapshot finds the tenant's snapshot by name, "snapshot:NAME" or id.
+// snapshot finds the tenant's snapshot by name, "snapshot:NAME" or id. A
+// name may begin as ids do ("snap-daily"): what is no id is a name.
 func (m *Manager) snapshot(ctx context.Context, tenant, ref string) (store.Snapshot, error) {
 	ref = strings.TrimPrefix(ref, api.SnapshotPrefix)
 	if isSnapshotID(ref) {
 		sn, err := m.store.GetSnapshot(ctx, ref)
-		if err == nil && tenant != "" && sn.Tenant != tenant {
-			return store.Snapshot{}, errdefs.New(errdefs.NotFound, "snapshot %q not found", ref)
+		if err == nil && (tenant == "" || sn.Tenant == tenant) {
+			return sn, nil
 		}
-		return sn, err
+		if err != nil && !errdefs.IsNotFound(err) {
+			return sn, err
+		}
 	}
 	return m.store.SnapshotByName(ctx, tenant, ref)
 }

@@ -1,11 +1,11 @@
 // Package e2b serves E2B's protocol on berth's listener, so that code
 // written against E2B's SDKs runs on berth's sandboxes unchanged: the
 // control API (create, connect, list, kill, timeouts, pause, metrics,
-// templates) at E2B's paths, and envd, E2B's in-sandbox agent, translated
-// onto berth's manager: the process and filesystem services (Connect RPC
-// with the JSON and binary codecs, from the published .proto files in
-// api/e2b) and the REST routes /files, /health and /envs. One
-// implementation of processes and files, two wire formats.
+// templates, snapshots, forks) at E2B's paths, and envd, E2B's in-sandbox
+// agent, translated onto berth's manager: the process and filesystem
+// services (Connect RPC with the JSON and binary codecs, from the
+// published .proto files in api/e2b) and the REST routes /files, /health
+// and /envs. One implementation of processes and files, two wire formats.
 //
 // A request is for envd when it carries E2b-Sandbox-Id (the SDK's
 // E2B_SANDBOX_URL mode) or arrives for the host 49983-ID.DOMAIN; every
@@ -82,6 +82,11 @@ type Manager interface {
 	Pause(ctx context.Context, tenant, id string) (api.Sandbox, error)
 	Resume(ctx context.Context, tenant, id string) (api.Sandbox, error)
 	Stats(ctx context.Context, tenant, id string) (api.Usage, error)
+
+	Snapshot(ctx context.Context, tenant, id string, req api.CreateSnapshotRequest) (api.Snapshot, error)
+	ListSnapshots(ctx context.Context, tenant string, sel labels.Selector) ([]api.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, tenant, ref string) error
+	Fork(ctx context.Context, tenant, id string, req api.ForkRequest) (api.ForkResponse, error)
 
 	StartProcess(ctx context.Context, tenant, id string, req api.ExecRequest) (api.Process, error)
 	ListProcesses(ctx context.Context, tenant, id string) ([]api.Process, error)

@@ -258,15 +258,18 @@ func (g *Group) templateAlias(w http.ResponseWriter, r *http.Request) error {
 }
 
 // deleteTemplate is DELETE /templates/{id}: berth's image remove (a name
-// of several goes alone; an image a sandbox is made of stays, 409).
+// of several goes alone; an image a sandbox is made of stays, 409), or,
+// for "snapshot:NAME", E2B's delete_snapshot: berth's snapshot delete.
 func (g *Group) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("id")
 	ref := g.templateRef(name)
 	switch {
+	case strings.HasPrefix(name, api.SnapshotPrefix):
+		return g.deleteSnapshot(w, r, name)
 	case ref == image.Host:
 		return errdefs.New(errdefs.InvalidArgument, "template %q is berth's built-in host image: it cannot be deleted", name)
 	case strings.HasPrefix(ref, api.SnapshotPrefix):
-		return errdefs.New(errdefs.InvalidArgument, "template %q is a berth snapshot: delete it with DELETE /v1/snapshots/{name} (berth snapshot rm)", name)
+		return errdefs.New(errdefs.InvalidArgument, "template %q is the daemon's alias of %s: delete the snapshot by that name", name, ref)
 	case g.images == nil:
 		return errTemplateNotFound(name, nil)
 	}

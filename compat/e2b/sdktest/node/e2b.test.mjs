@@ -182,3 +182,39 @@ test('getHost reaches a server inside; setTimeout; list by metadata; connect; ki
   const { Sandbox: S } = await e2b()
   assert.deepEqual(await S.list({ query: { metadata: { suite: 'node-host' } } }).nextItems(), [])
 })
+
+test('createSnapshot, listSnapshots, create from a snapshot, deleteSnapshot; fork', async () => {
+  const { Sandbox } = await e2b()
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  try {
+    await sbx.files.write('/home/user/state.txt', 'before')
+    const snap = await sbx.createSnapshot({ name: 'node-snap' })
+    assert.equal(snap.snapshotId, 'snapshot:node-snap')
+    assert.deepEqual(snap.names, [snap.snapshotId])
+    const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()
+    assert.deepEqual(listed.map((s) => s.snapshotId), [snap.snapshotId])
+    const made = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 })
+    try {
+      assert.equal(await made.files.read('/home/user/state.txt'), 'before')
+    } finally {
+      await made.kill()
+    }
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
+
+    const forks = await sbx.fork({ count: 2, timeoutMs: 60_000 })
+    try {
+      assert.equal(forks.length, 2)
+      for (const f of forks) {
+        assert.ok(f instanceof Sandbox, String(f))
+        assert.equal(await f.files.read('/home/user/state.txt'), 'before')
+        const info = await f.getInfo()
+        assert.equal(info.endAt - info.startedAt, 60_000)
+      }
+    } finally {
+      for (const f of forks) if (f instanceof Sandbox) await f.kill()
+    }
+  } finally {
+    await sbx.kill()
+  }
+})
