@@ -56,6 +56,9 @@ const (
 	// cpuSampleWindow is how long a metric watches CPU use: berth's
 	// usage is cumulative, E2B's a percentage now.
 	cpuSampleWindow = 200 * time.Millisecond
+	// metricBucket is the width of E2B's metric buckets, in seconds: a
+	// sample of now counts for an interval that ended this recently.
+	metricBucket = 5
 	// controlBodyLimit bounds a control request's JSON body.
 	controlBodyLimit = 1 << 20
 
@@ -862,7 +865,13 @@ func (g *Group) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
 	if sb.State != api.StateRunning {
 		return errdefs.New(errdefs.Conflict, "sandbox %s is %s: only a running sandbox can be paused", id, e2bState(sb.State))
 	}
-	if _, err := g.m.Pause(ctx, tenant, id); err != nil {
+	pause := g.m.Pause
+	if body.Memory != nil && !*body.Memory {
+		// A filesystem-only pause (mode="filesystem"): berth's stop, which
+		// keeps the files and ends the processes; connect starts it again.
+		pause = g.m.Stop
+	}
+	if _, err := pause(ctx, tenant, id); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -994,11 +1003,27 @@ func (g *Group) sandboxMetrics(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	var bounds [2]int64 // start and end, Unix seconds (0: none)
+	for i, name := range []string{"start", "end"} {
+		if v := r.URL.Query().Get(name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return errdefs.New(errdefs.InvalidArgument, "%s: %q is not a Unix time in seconds", name, v)
+			}
+			bounds[i] = n
+		}
+	}
+	out := []sandboxMetric{}
+	// The one sample is now: an interval that ended before now (E2B's
+	// samples fall in 5 s buckets) or starts after it has none.
+	now := g.cfg.Now().Unix()
+	if bounds[1] != 0 && now > bounds[1]+metricBucket || bounds[0] > now {
+		return writeJSON(w, http.StatusOK, out)
+	}
 	got, err := g.sample(ctx, tenant, []api.Sandbox{sb})
 	if err != nil {
 		return err
 	}
-	out := []sandboxMetric{}
 	if m, ok := got[sb.ID]; ok {
 		out = append(out, m)
 	}

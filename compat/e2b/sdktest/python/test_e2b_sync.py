@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from e2b import (
@@ -311,6 +312,22 @@ def test_metrics(sbx: Sandbox) -> None:
     sbx.commands.run("head -c 20000000 /dev/zero > /tmp/fill")
     metrics = sbx.get_metrics()
     assert metrics and metrics[-1].mem_used > 0 and metrics[-1].disk_used >= 20000000
+    hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    assert sbx.get_metrics(start=hour_ago, end=hour_ago + timedelta(minutes=30)) == []
+
+
+def test_filesystem_only_pause_is_a_stop(berth_url: str) -> None:
+    s = Sandbox.create(timeout=120)
+    try:
+        s.files.write("/home/user/kept.txt", "kept")
+        s.commands.run("sleep 600", background=True)
+        assert s.pause(keep_memory=False)
+        assert not s.is_running()
+        again = Sandbox.connect(s.sandbox_id)
+        assert again.files.read("/home/user/kept.txt") == "kept"
+        assert not [p for p in again.commands.list() if p.args[-1:] == ["sleep 600"]]
+    finally:
+        s.kill()
 
 
 def test_errors_the_sdk_expects(berth_url: str) -> None:
