@@ -264,9 +264,10 @@ func TestE2BProcessStart(t *testing.T) {
 		}
 	})
 	t.Run("output past the bound", func(t *testing.T) {
-		ps := startProc(t, ctx, c, "", &process.StartRequest{Process: bash("head -c 5000000 /dev/zero"), Stdin: new(bool)})
+		// envd streams everything; berth keeps and streams 64 MiB a stream.
+		ps := startProc(t, ctx, c, "", &process.StartRequest{Process: bash("head -c 70000000 /dev/zero"), Stdin: new(bool)})
 		end := ps.mustEnd()
-		if end.GetExitCode() != 0 || ps.out.Len() != 4<<20 || !strings.Contains(ps.stderr.String(), "dropped") {
+		if end.GetExitCode() != 0 || ps.out.Len() != 64<<20 || !strings.Contains(ps.stderr.String(), "dropped") {
 			t.Fatalf("end %v, %d bytes of stdout, stderr %q", end, ps.out.Len(), ps.stderr.String())
 		}
 	})

@@ -23,6 +23,9 @@ import (
 )
 
 const (
+	// procMaxOutput bounds each of a process's stdout and stderr: berth's
+	// largest max_output_bytes.
+	procMaxOutput = 64 << 20
 	// procMaxInputWrite is the most the guest takes in one write of input;
 	// larger input goes in parts, in order.
 	procMaxInputWrite = 16 << 20
@@ -59,6 +62,9 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 		TimeoutMs: s.timeoutMs(ctx, req.Header()),
 		// Unset is open, envd's default for SDKs older than the field.
 		OpenStdin: req.Msg.Stdin == nil || req.Msg.GetStdin(),
+		// envd streams all output; berth keeps what it streams, so keep
+		// the most berth allows (the guest's memory is the sandbox's).
+		MaxOutputBytes: procMaxOutput,
 	}
 	if pty := req.Msg.GetPty(); pty != nil {
 		rows, cols := int(pty.GetSize().GetRows()), int(pty.GetSize().GetCols())
