@@ -146,6 +146,16 @@ func TestE2BRouting(t *testing.T) {
 		}
 	}
 
+	// A web page cannot drive the control API through the user's browser
+	// (a text/plain POST needs no preflight): the edge refuses other
+	// origins before E2B's routes run.
+	if code, body := do("POST", "/sandboxes", map[string]string{"Origin": "http://evil.example", "Content-Type": "text/plain"}, `{"templateID":"base"}`); code != http.StatusForbidden {
+		t.Errorf("cross-origin create: %d %s", code, body)
+	}
+	if list, err := d.client.ListSandboxes(ctx, nil); err != nil || len(list) != 1 {
+		t.Errorf("sandboxes after a refused cross-origin create: %v, %v", list, err)
+	}
+
 	// Misses: another port in the header mode, an unknown sandbox.
 	if code, body := do("POST", "/process.Process/List", map[string]string{"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": "8080",
 		"X-Access-Token": sb.AccessToken, "Content-Type": "application/json"}, "{}"); code != http.StatusBadRequest {
