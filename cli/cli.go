@@ -60,18 +60,16 @@ type connector func() (*client.Client, error)
 
 // createFlags are the flags of create and run.
 type createFlags struct {
-	image, runtime    string
-	workdir, user     string
-	labels, env       []string
-	limits            limitFlags
-	net               networkFlags
-	idle, deleteAfter string
-	archiveAfter      string
-	maxLifetime       string
-	publicPorts       []int
-	public            bool
-	startCmd          string
-	autoResume        bool
+	image, runtime string
+	workdir, user  string
+	labels, env    []string
+	limits         limitFlags
+	net            networkFlags
+	timeouts       timeoutFlags
+	publicPorts    []int
+	public         bool
+	startCmd       string
+	autoResume     bool
 }
 
 func (f *createFlags) add(cmd *cobra.Command) {
@@ -84,10 +82,7 @@ func (f *createFlags) add(cmd *cobra.Command) {
 	fl.StringVarP(&f.user, "user", "u", "", "default user (name or uid[:gid])")
 	f.limits.add(cmd)
 	f.net.add(cmd)
-	fl.StringVar(&f.idle, "idle-timeout", "", "stop after this long without activity, e.g. 15m (0: never; default: the daemon's)")
-	fl.StringVar(&f.deleteAfter, "delete-after", "", "delete this long after stopping, e.g. 24h (0: never)")
-	fl.StringVar(&f.archiveAfter, "archive-after", "", "archive the files (compressed, restored at start) this long after stopping, e.g. 1h (0: never)")
-	fl.StringVar(&f.maxLifetime, "max-lifetime", "", "stop this long after creation, e.g. 7d (0: never)")
+	f.timeouts.add(cmd)
 	fl.IntSliceVar(&f.publicPorts, "public-port", nil, "a port inside served without the access token (repeatable)")
 	fl.BoolVar(&f.public, "public", false, "serve every port inside without the access token")
 	fl.StringVar(&f.startCmd, "start-cmd", "", "a command line started in the background each time the sandbox starts (a server)")
@@ -128,26 +123,44 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 	if req.Network, err = f.net.value(); err != nil {
 		return req, err
 	}
-	for _, t := range []struct {
+	_, err = f.timeouts.apply(&req.Timeouts)
+	return req, err
+}
+
+// timeoutFlags are the lifetime flags of create, run and update.
+type timeoutFlags struct{ idle, deleteAfter, archiveAfter, maxLifetime string }
+
+func (f *timeoutFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.idle, "idle-timeout", "", "stop after this long without activity, e.g. 15m (0: never; default: the daemon's)")
+	fl.StringVar(&f.deleteAfter, "delete-after", "", "delete this long after stopping, e.g. 24h (0: never)")
+	fl.StringVar(&f.archiveAfter, "archive-after", "", "archive the files (compressed, restored at start) this long after stopping, e.g. 1h (0: never)")
+	fl.StringVar(&f.maxLifetime, "max-lifetime", "", "stop this long after creation, e.g. 7d (0: never)")
+}
+
+// apply sets the timeouts the flags give in t; changed says whether any did.
+func (f *timeoutFlags) apply(t *api.Timeouts) (changed bool, err error) {
+	for _, x := range []struct {
 		flag, val string
 		dst       **int64
 	}{
-		{"--idle-timeout", f.idle, &req.Timeouts.IdleSeconds},
-		{"--delete-after", f.deleteAfter, &req.Timeouts.DeleteAfterSeconds},
-		{"--archive-after", f.archiveAfter, &req.Timeouts.ArchiveAfterSeconds},
-		{"--max-lifetime", f.maxLifetime, &req.Timeouts.MaxLifetimeSeconds},
+		{"--idle-timeout", f.idle, &t.IdleSeconds},
+		{"--delete-after", f.deleteAfter, &t.DeleteAfterSeconds},
+		{"--archive-after", f.archiveAfter, &t.ArchiveAfterSeconds},
+		{"--max-lifetime", f.maxLifetime, &t.MaxLifetimeSeconds},
 	} {
-		if t.val == "" {
+		if x.val == "" {
 			continue
 		}
-		d, err := ParseDuration(t.val)
+		d, err := ParseDuration(x.val)
 		if err != nil {
-			return req, fmt.Errorf("%s: %w", t.flag, err)
+			return changed, fmt.Errorf("%s: %w", x.flag, err)
 		}
 		secs := int64(d / time.Second)
-		*t.dst = &secs
+		*x.dst = &secs
+		changed = true
 	}
-	return req, nil
+	return changed, nil
 }
 
 func parsePairs(flag string, items []string) (map[string]string, error) {
@@ -842,32 +855,70 @@ func eventsCommand(connect connector) *cobra.Command {
 }
 
 func updateCommand(connect connector) *cobra.Command {
-	var f limitFlags
+	var (
+		f      limitFlags
+		t      timeoutFlags
+		public bool
+	)
 	cmd := &cobra.Command{
-		Use:   "update [--memory 1G] [--cpus 2] [--pids 512] ID",
-		Short: "Change a running sandbox's limits; they apply at once",
+		Use:   "update [--memory 1G] [--cpus 2] [--pids 512] [--max-lifetime 2h] [--public=true|false] ID",
+		Short: "Change a sandbox's limits (a running one's apply at once), timeouts or public ports",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var req api.UpdateSandboxRequest
 			l, err := f.value()
 			if err != nil {
 				return err
 			}
-			if l == (api.Limits{}) {
-				return fmt.Errorf("nothing to change: give --memory, --cpus or --pids")
+			if l != (api.Limits{}) {
+				req.Limits = &l
+			}
+			var to api.Timeouts
+			changed, err := t.apply(&to)
+			if err != nil {
+				return err
+			}
+			if changed {
+				req.Timeouts = &to
+			}
+			if cmd.Flags().Changed("public") {
+				req.Public = &public
+			}
+			if req.Limits == nil && req.Timeouts == nil && req.Public == nil {
+				return fmt.Errorf("nothing to change: give --memory, --cpus, --pids, a timeout (--max-lifetime, --idle-timeout, --delete-after, --archive-after) or --public")
 			}
 			c, err := connect()
 			if err != nil {
 				return err
 			}
-			sb, err := c.UpdateSandbox(cmd.Context(), args[0], api.UpdateSandboxRequest{Limits: &l})
+			sb, err := c.UpdateSandbox(cmd.Context(), args[0], req)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "cpus=%g memory_bytes=%d pids=%d\n", sb.Limits.CPUs, sb.Limits.MemoryBytes, sb.Limits.Pids)
+			out := cmd.OutOrStdout()
+			if req.Limits != nil {
+				fmt.Fprintf(out, "cpus=%g memory_bytes=%d pids=%d\n", sb.Limits.CPUs, sb.Limits.MemoryBytes, sb.Limits.Pids)
+			}
+			if req.Timeouts != nil {
+				secs := func(p *int64) int64 {
+					if p == nil {
+						return 0
+					}
+					return *p
+				}
+				tt := sb.Timeouts
+				fmt.Fprintf(out, "idle_timeout_s=%d delete_after_s=%d archive_after_s=%d max_lifetime_s=%d\n",
+					secs(tt.IdleSeconds), secs(tt.DeleteAfterSeconds), secs(tt.ArchiveAfterSeconds), secs(tt.MaxLifetimeSeconds))
+			}
+			if req.Public != nil {
+				fmt.Fprintf(out, "public=%t\n", sb.Public)
+			}
 			return nil
 		},
 	}
 	f.add(cmd)
+	t.add(cmd)
+	cmd.Flags().BoolVar(&public, "public", false, "serve every port inside without the access token (--public=false: only the public ports)")
 	return cmd
 }
 

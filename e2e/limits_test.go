@@ -128,6 +128,19 @@ func TestMetricsEndpoint(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "pids=99") {
 		t.Fatalf("berth update: %q %q", out, errOut)
 	}
+	out, errOut, code = d.cli("", "update", "--max-lifetime", "2h", "--idle-timeout", "0", "--public", sb.ID)
+	if code != 0 || !strings.Contains(out, "idle_timeout_s=0 ") || !strings.Contains(out, "max_lifetime_s=7200") || !strings.Contains(out, "public=true") {
+		t.Fatalf("berth update of timeouts and public: %q %q", out, errOut)
+	}
+	if got, err := d.client.GetSandbox(t.Context(), sb.ID); err != nil || !got.Public || got.Timeouts.MaxLifetimeSeconds == nil || *got.Timeouts.MaxLifetimeSeconds != 7200 {
+		t.Fatalf("the sandbox after berth update: %+v %v", got, err)
+	}
+	if _, errOut, code = d.cli("", "update", sb.ID); code == 0 || !strings.Contains(errOut, "nothing to change") {
+		t.Fatalf("berth update with nothing: %d %q", code, errOut)
+	}
+	if _, errOut, code = d.cli("", "update", "--max-lifetime", "soon", sb.ID); code == 0 || !strings.Contains(errOut, "--max-lifetime") {
+		t.Fatalf("berth update with a bad duration: %d %q", code, errOut)
+	}
 }
 
 // TestBombsExplainTheirEnd runs a fork bomb, a memory bomb, a disk fill and
