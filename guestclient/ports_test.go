@@ -127,7 +127,18 @@ func TestDialPortIPv6(t *testing.T) {
 	} else {
 		l.Close()
 	}
-	port := serveTCP(t, "[::1]:0", echoThenBye)
+	// The guest tries 127.0.0.1 first, and this test's guest shares the
+	// host's loopback: the same port number on IPv4 must be nobody's.
+	var port int
+	for try := 0; ; try++ {
+		port = serveTCP(t, "[::1]:0", echoThenBye)
+		if holdV4(t, port) {
+			break
+		}
+		if try == 20 {
+			t.Fatal("no port free on both ::1 and 127.0.0.1")
+		}
+	}
 	conn, err := c.DialPort(t.Context(), port)
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +148,22 @@ func TestDialPortIPv6(t *testing.T) {
 	if got, err := io.ReadAll(conn); err != nil || string(got) != "bye" {
 		t.Fatalf("read %q %v", got, err)
 	}
+}
+
+// holdV4 binds 127.0.0.1:port without listening, for the rest of the
+// test: connections there are refused, and nothing else can listen there
+// (the socket has no SO_REUSEADDR). It reports whether the port was free.
+func holdV4(t *testing.T, port int) bool {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		syscall.Close(fd)
+		return false
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	return true
 }
 
 // TestDialPortCloseReachesTheServer: closing the stream closes the
