@@ -198,8 +198,9 @@ func (m *Manager) Update(ctx context.Context, tenant, id string, req api.UpdateS
 			return api.Sandbox{}, err
 		}
 	}
+	var publicPorts []int
 	if req.PublicPorts != nil {
-		if _, err := normalizePorts("public_ports", *req.PublicPorts); err != nil {
+		if publicPorts, err = normalizePorts("public_ports", *req.PublicPorts); err != nil {
 			return api.Sandbox{}, err
 		}
 	}
@@ -213,13 +214,11 @@ func (m *Manager) Update(ctx context.Context, tenant, id string, req api.UpdateS
 			return api.Sandbox{}, err
 		}
 	}
-	if req.PublicPorts != nil {
-		if err := m.updatePublicPorts(ctx, tenant, id, *req.PublicPorts); err != nil {
-			return api.Sandbox{}, err
-		}
-	}
-	if req.Public != nil || req.Timeouts != nil {
+	if req.PublicPorts != nil || req.Public != nil || req.Timeouts != nil {
 		err := m.patchSpec(ctx, tenant, id, func(spec *api.CreateSandboxRequest) {
+			if req.PublicPorts != nil {
+				spec.PublicPorts = publicPorts
+			}
 			if req.Public != nil {
 				spec.Public = *req.Public
 			}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net"
 	"slices"
@@ -304,35 +303,4 @@ func (m *Manager) RotateAccessToken(ctx context.Context, tenant, id string) (str
 		ls.token.Store(&token)
 	}
 	return token, nil
-}
-
-// updatePublicPorts replaces sandbox id's public ports, on record and, for
-// a running sandbox, at once.
-func (m *Manager) updatePublicPorts(ctx context.Context, tenant, id string, ports []int) error {
-	ports, err := normalizePorts("public_ports", ports)
-	if err != nil {
-		return err
-	}
-	rec, err := m.record(ctx, tenant, id)
-	if err != nil {
-		return err
-	}
-	spec, err := recordSpec(rec)
-	if err != nil {
-		return err
-	}
-	spec.PublicPorts = ports
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return err
-	}
-	if err := m.store.SetSpec(ctx, id, b); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	if ls := m.live[id]; ls != nil {
-		ls.spec.PublicPorts = ports
-	}
-	m.mu.Unlock()
-	return nil
 }
