@@ -37,6 +37,7 @@ import (
 	"github.com/berthsh/berth/internal/osthread"
 	"github.com/berthsh/berth/layerdiff"
 	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/runtime/layer"
 )
 
 // Name is the runtime's registered name.
@@ -208,7 +209,7 @@ func capabilities(stateDir string) runtime.Capabilities {
 		c.NetworkModes = []string{runtime.NetworkNone}
 		c.Missing["network_link"] = why
 	}
-	if why := diskSupport(); why != "" {
+	if why := layer.DiskSupport(); why != "" {
 		c.Limits.Disk, c.GrowDisk = false, false
 		c.Missing["disk_bytes"] = why
 	} else if ok, err := capability.Effective(unix.CAP_SYS_RESOURCE); err != nil || !ok {
@@ -290,7 +291,7 @@ var (
 // Diff implements runtime.Differ: the overlay's upper directory, read by
 // package layerdiff.
 func (r *Runtime) Diff(ctx context.Context, id string, users runtime.IDMap, skip map[string][]byte, w io.Writer) (int, error) {
-	upper, _ := layerDirs(r.sandboxDir(id))
+	upper, _ := layer.Dirs(r.sandboxDir(id))
 	st, err := layerdiff.Write(w, upper, layerdiff.Options{IDs: layerdiff.IDs{Base: users.HostID, Size: users.Size}, Skip: skip})
 	if err != nil {
 		return st.Entries, fmt.Errorf("sandbox %s: %w", id, err)
@@ -311,8 +312,7 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Usage, error) {
 	}
 	u := runtime.Usage{CPUSeconds: float64(st.CPUUsageNs) / 1e9, MemoryBytes: st.MemoryCurrent,
 		MemoryPeakBytes: st.MemoryPeak, Pids: st.Pids, OOMKills: st.OOMKills}
-	upper, _ := layerDirs(r.sandboxDir(id))
-	u.DiskBytes = diskUsage(ctx, upper)
+	u.DiskBytes = layer.Usage(ctx, r.sandboxDir(id))
 	return u, nil
 }
 
@@ -335,28 +335,7 @@ func (r *Runtime) LimitHits(ctx context.Context, id string) (runtime.LimitHits, 
 	if err != nil {
 		return runtime.LimitHits{}, err
 	}
-	return runtime.LimitHits{Pids: h.Pids, CPUThrottled: h.CPUThrottled, DiskFull: diskFull(r.sandboxDir(id))}, nil
-}
-
-// diskUsage adds up the allocated size of the files under dir (st_blocks,
-// like du), stopping early when ctx ends.
-func diskUsage(ctx context.Context, dir string) int64 {
-	var total int64
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return filepath.SkipAll
-		}
-		if info, err := d.Info(); err == nil {
-			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				total += st.Blocks * 512
-			}
-		}
-		return nil
-	})
-	return total
+	return runtime.LimitHits{Pids: h.Pids, CPUThrottled: h.CPUThrottled, DiskFull: layer.DiskFull(r.sandboxDir(id))}, nil
 }
 
 // SetLimits implements runtime.Updater: the kernel applies new limits to a
@@ -373,7 +352,7 @@ func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) er
 		return err
 	}
 	if l.DiskBytes > 0 {
-		return growDisk(ctx, r.sandboxDir(id), l.DiskBytes)
+		return layer.GrowDisk(ctx, r.sandboxDir(id), l.DiskBytes)
 	}
 	return nil
 }
@@ -487,7 +466,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 	}
 	defer func() {
 		if err != nil {
-			if uerr := unmountDisk(dir); uerr != nil {
+			if uerr := layer.UnmountDisk(dir); uerr != nil {
 				r.log.Error("failed create: unmount disk", "sandbox", spec.ID, "err", uerr)
 			}
 			if rerr := os.RemoveAll(dir); rerr != nil {
@@ -499,44 +478,17 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 	if err := os.Chown(dir, 0, root); err != nil {
 		return nil, fmt.Errorf("chown sandbox dir: %w", err)
 	}
-	if err := makeDir(filepath.Join(dir, "ctl"), 0o700, root); err != nil {
+	if err := layer.MakeDir(filepath.Join(dir, "ctl"), 0o700, root); err != nil {
 		return nil, err
 	}
-	upper, err := makeLayer(ctx, dir, spec.Limits.DiskBytes, root)
+	upper, err := layer.Make(ctx, dir, spec.Limits.DiskBytes, root)
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFiles(upper, spec.Hostname, spec.Files, root); err != nil {
+	if err := layer.WriteFiles(upper, spec.Hostname, spec.Files, root); err != nil {
 		return nil, err
 	}
 	return r.boot(ctx, spec)
-}
-
-// makeLayer makes a sandbox's writable layer in its directory dir: the
-// overlay's upper and work directories, owned by root (the sandbox's
-// root), on a disk of its own of diskBytes (0: none). It returns upper.
-func makeLayer(ctx context.Context, dir string, diskBytes int64, root int) (string, error) {
-	if diskBytes > 0 {
-		if err := makeDisk(ctx, dir, diskBytes, root); err != nil {
-			return "", err
-		}
-	}
-	upper, work := layerDirs(dir)
-	if err := makeDir(upper, 0o755, root); err != nil {
-		return "", err
-	}
-	return upper, makeDir(work, 0o700, root)
-}
-
-// makeDir makes directory p with mode, owned by root.
-func makeDir(p string, mode os.FileMode, root int) error {
-	if err := os.Mkdir(p, mode); err != nil {
-		return fmt.Errorf("make %s: %w", filepath.Base(p), err)
-	}
-	if err := os.Chown(p, root, root); err != nil {
-		return fmt.Errorf("chown %s: %w", filepath.Base(p), err)
-	}
-	return nil
 }
 
 // Start implements runtime.Stopper: it boots a stopped sandbox again on its
@@ -546,16 +498,11 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 		return nil, err
 	}
 	dir := r.sandboxDir(spec.ID)
-	if _, err := os.Stat(filepath.Join(dir, diskImage)); err == nil {
-		if err := mountDisk(dir); err != nil { // after a host reboot
-			return nil, err
-		}
+	upper, err := layer.Ready(spec.ID, dir)
+	if err != nil {
+		return nil, err
 	}
-	upper, _ := layerDirs(dir)
-	if !exists(upper) {
-		return nil, errdefs.New(errdefs.NotFound, "sandbox %s has no files to start from", spec.ID)
-	}
-	if err := writeFiles(upper, spec.Hostname, spec.Files, int(spec.Users.HostID)); err != nil {
+	if err := layer.WriteFiles(upper, spec.Hostname, spec.Files, int(spec.Users.HostID)); err != nil {
 		return nil, err
 	}
 	// A cgroup left by an init that died on its own is cleared first.
@@ -649,7 +596,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 		return nil, err
 	}
 
-	upper, work := layerDirs(dir)
+	upper, work := layer.Dirs(dir)
 	mounts := make([]guestapi.Mount, len(spec.Mounts))
 	for i, m := range spec.Mounts {
 		mounts[i] = guestapi.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
@@ -909,18 +856,13 @@ func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) 
 	if err := r.Stop(ctx, id, state); err != nil {
 		return err
 	}
-	if err := unmountDisk(r.sandboxDir(id)); err != nil {
+	if err := layer.UnmountDisk(r.sandboxDir(id)); err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	if err := os.RemoveAll(r.sandboxDir(id)); err != nil {
 		return fmt.Errorf("sandbox %s: remove files: %w", id, err)
 	}
 	return nil
-}
-
-func exists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 // openPidfd opens a pidfd of pid if it is still the process that started at

@@ -1,4 +1,4 @@
-package native
+package layer
 
 import (
 	"bytes"
@@ -27,17 +27,17 @@ const (
 	diskMount = "disk"
 )
 
-// layerDirs returns the overlay upper and work directories of a sandbox.
-func layerDirs(dir string) (upper, work string) {
+// Dirs returns the overlay upper and work directories of a sandbox.
+func Dirs(dir string) (upper, work string) {
 	if _, err := os.Stat(filepath.Join(dir, diskImage)); err == nil {
 		dir = filepath.Join(dir, diskMount)
 	}
 	return filepath.Join(dir, "upper"), filepath.Join(dir, "work")
 }
 
-// diskSupport says why this host cannot give sandboxes disks of their own,
+// DiskSupport says why this host cannot give sandboxes disks of their own,
 // or "" when it can: that takes mkfs.ext4 and loop devices.
-func diskSupport() string {
+func DiskSupport() string {
 	if _, err := os.Stat(tool("mkfs.ext4")); err != nil {
 		return "needs mkfs.ext4 (Debian package e2fsprogs) on the host"
 	}
@@ -70,13 +70,13 @@ func makeDisk(ctx context.Context, dir string, size int64, owner int) error {
 		}
 		return fmt.Errorf("mkfs.ext4: %w: %s", err, bytes.TrimSpace(out))
 	}
-	return mountDisk(dir)
+	return MountDisk(dir)
 }
 
-// mountDisk attaches a sandbox's disk image to a free loop device and mounts
+// MountDisk attaches a sandbox's disk image to a free loop device and mounts
 // it, unless it is mounted already (a daemon restart); after a host reboot
 // it mounts it again. The loop device clears itself when unmounted.
-func mountDisk(dir string) error {
+func MountDisk(dir string) error {
 	mnt := filepath.Join(dir, diskMount)
 	if err := os.Mkdir(mnt, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("make disk mount point: %w", err)
@@ -136,9 +136,9 @@ func attachLoop(img *os.File) (*os.File, error) {
 	return nil, fmt.Errorf("attach loop device: every free device was taken meanwhile")
 }
 
-// unmountDisk unmounts a sandbox's disk if it has one mounted (the loop
+// UnmountDisk unmounts a sandbox's disk if it has one mounted (the loop
 // device then detaches itself).
-func unmountDisk(dir string) error {
+func UnmountDisk(dir string) error {
 	mnt := filepath.Join(dir, diskMount)
 	if !mounted(dir, mnt) {
 		return nil
@@ -151,10 +151,10 @@ func unmountDisk(dir string) error {
 	return nil
 }
 
-// diskFull says whether a sandbox's disk (if it has one) is full: less than
+// DiskFull says whether a sandbox's disk (if it has one) is full: less than
 // 1 MiB or 1% of it left (a write that failed with ENOSPC leaves a few
 // blocks too small for it).
-func diskFull(dir string) bool {
+func DiskFull(dir string) bool {
 	mnt := filepath.Join(dir, diskMount)
 	if !mounted(dir, mnt) {
 		return false
@@ -167,9 +167,9 @@ func diskFull(dir string) bool {
 	return free < 1<<20 || st.Bavail < st.Blocks/100
 }
 
-// growDisk enlarges a mounted disk to size bytes: the image, then the loop
+// GrowDisk enlarges a mounted disk to size bytes: the image, then the loop
 // device's capacity, then the file system (ext4 grows online).
-func growDisk(ctx context.Context, dir string, size int64) error {
+func GrowDisk(ctx context.Context, dir string, size int64) error {
 	img := filepath.Join(dir, diskImage)
 	st, err := os.Stat(img)
 	if err != nil {

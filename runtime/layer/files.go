@@ -1,4 +1,4 @@
-package native
+package layer
 
 import (
 	"errors"
@@ -12,14 +12,14 @@ import (
 	"github.com/berthsh/berth/runtime"
 )
 
-// writeFiles puts /etc/hostname and /etc/hosts for the sandbox, and the
+// WriteFiles puts /etc/hostname and /etc/hosts for the sandbox, and the
 // spec's files, into its writable layer before it boots (cheaper than a
 // copy-up inside), owned by the sandbox's root, with the directories they
 // need. At a start the layer holds what the sandbox wrote: every lookup
 // stays beneath it and follows no symlink (a sandbox's /etc pointing at
 // "/" must not steer the daemon's writes onto the host), and each file is
 // written aside and renamed over the old one.
-func writeFiles(upper, hostname string, files []runtime.File, owner int) error {
+func WriteFiles(upper, hostname string, files []runtime.File, owner int) error {
 	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
 	all := append([]runtime.File{
 		{Path: "/etc/hostname", Data: []byte(hostname + "\n"), Mode: 0o644},
