@@ -237,6 +237,11 @@ func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener
 		}
 		lap("root")
 	}
+	for _, dir := range b.Hide {
+		if err := hide(dir); err != nil {
+			return fail(err)
+		}
+	}
 	if b.Hostname != "" {
 		if err := unix.Sethostname([]byte(b.Hostname)); err != nil {
 			return fail(fmt.Errorf("sethostname: %w", err))
@@ -319,6 +324,21 @@ type sigaction struct {
 }
 
 const sigIgn = 1 // SIG_IGN
+
+// hide covers directory dir with an empty read-only tmpfs. Unmounting what
+// is there would not do: a socket bound on it stops working (gVisor ends
+// its host-backed listener with EIO), so it is covered instead, and the
+// cover cannot be lifted from inside (unmounting takes CAP_SYS_ADMIN, which
+// the guest drops for good).
+func hide(dir string) error {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) == "/" {
+		return fmt.Errorf("bootstrap: hide %q: want an absolute directory other than /", dir)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0"); err != nil {
+		return fmt.Errorf("hide %s: %w", dir, err)
+	}
+	return nil
+}
 
 // listen opens the control listener at addr ("unix:PATH"). The socket is
 // bound through a descriptor of its directory, so that a long path cannot

@@ -3,6 +3,7 @@ package guest
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -328,6 +329,11 @@ func maskPaths(root string) error {
 
 // loopbackUp brings up lo, the only interface of a sandbox without a network.
 func loopbackUp() error {
+	// Up already where the runtime made the network (gVisor, which has no
+	// SIOCGIFFLAGS for it).
+	if lo, err := net.InterfaceByName("lo"); err == nil && lo.Flags&net.FlagUp != 0 {
+		return nil
+	}
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socket for lo: %w", err)

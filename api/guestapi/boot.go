@@ -26,6 +26,12 @@ type Bootstrap struct {
 	// Seccomp installs berth's seccomp profile on the guest, and with it on
 	// every process the guest starts.
 	Seccomp bool `json:"seccomp"`
+	// Hide are directories, as the guest sees them, that the guest covers
+	// with an empty read-only file system once it listens and before it
+	// hardens: where a runtime that prepares the root itself (Root nil)
+	// put the control socket, the guest's binary and this bootstrap. Its
+	// listener keeps working; nothing started later can reach the paths.
+	Hide []string `json:"hide,omitempty"`
 }
 
 // Root describes a root file system as directories the guest can see when it
