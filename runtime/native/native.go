@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -21,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,6 +32,7 @@ import (
 	"github.com/berthsh/berth/cgroup"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/internal/hostpath"
+	"github.com/berthsh/berth/internal/hostproc"
 	"github.com/berthsh/berth/internal/osthread"
 	"github.com/berthsh/berth/layerdiff"
 	"github.com/berthsh/berth/runtime"
@@ -68,10 +67,8 @@ type Runtime struct {
 	groups sync.Map // sandbox id -> cgroup.Group of running sandboxes (a cache)
 	inits  sync.Map // sandbox id -> its init (the guest), an initProc, while running
 
-	// closing is an eventfd that Close makes readable: it wakes the exit
-	// monitors of re-attached sandboxes, which block in poll.
-	closing int
-	wg      sync.WaitGroup
+	// watcher watches the inits of re-attached sandboxes.
+	watcher *hostproc.Watcher
 }
 
 // group returns a sandbox's cgroup, from the cache when it is running.
@@ -148,11 +145,11 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	if err := checkGuest(guestBin); err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
-	closing, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	w, err := hostproc.NewWatcher()
 	if err != nil {
-		return nil, fmt.Errorf("native runtime: eventfd: %w", err)
+		return nil, fmt.Errorf("native runtime: %w", err)
 	}
-	r := &Runtime{cfg: cfg, opts: opts, log: cfg.Log, cgroups: cg, closing: closing}
+	r := &Runtime{cfg: cfg, opts: opts, log: cfg.Log, cgroups: cg, watcher: w}
 	r.caps = capabilities(cfg.StateDir)
 	if why := cg.CanFreeze(); why != "" {
 		r.caps.Missing["pause"] = why
@@ -415,13 +412,10 @@ func cgroupLimits(l runtime.Limits) cgroup.Limits {
 // Sandboxes keep running; the waits on sandboxes this daemon started end
 // with the sandbox or with the process.
 func (r *Runtime) Close() error {
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	if _, err := unix.Write(r.closing, one[:]); err != nil {
-		return fmt.Errorf("native runtime: wake monitors: %w", err)
+	if err := r.watcher.Close(); err != nil {
+		return fmt.Errorf("native runtime: %w", err)
 	}
-	r.wg.Wait()
-	return unix.Close(r.closing)
+	return nil
 }
 
 func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.cfg.StateDir, "sandboxes", id) }
@@ -638,7 +632,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	}
 	r.log.Debug("create phases", "sandbox", spec.ID, "dirs", tDirs.Sub(t0), "cgroup", tCgroup.Sub(tDirs),
 		"spawn", tStart.Sub(tCgroup), "guest_setup", time.Since(tStart))
-	start, err := startTime(pid)
+	start, err := hostproc.StartTime(pid)
 	if err != nil {
 		return nil, fmt.Errorf("read guest start time: %w", err)
 	}
@@ -778,36 +772,13 @@ func (r *Runtime) Attach(ctx context.Context, id string, state json.RawMessage) 
 	if err := json.Unmarshal(state, &st); err != nil {
 		return nil, fmt.Errorf("sandbox %s: bad runtime state: %w", id, err)
 	}
-	if !alive(st.Pid, st.StartTime) {
-		return nil, errdefs.New(errdefs.Unavailable, "sandbox %s: its init (pid %d) is gone", id, st.Pid)
-	}
-	pidfd, err := openPidfd(st.Pid, st.StartTime)
+	exited, ok, err := r.watcher.Watch(st.Pid, st.StartTime)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	if pidfd < 0 {
+	if !ok {
 		return nil, errdefs.New(errdefs.Unavailable, "sandbox %s: its init (pid %d) is gone", id, st.Pid)
 	}
-	exited := make(chan struct{})
-	r.wg.Add(1)
-	go func() { // watches a process that is not our child (init reaps it) until it exits or Close
-		defer r.wg.Done()
-		defer unix.Close(pidfd)
-		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}, {Fd: int32(r.closing), Events: unix.POLLIN}}
-		for {
-			_, err := unix.Poll(fds, -1)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if err != nil || fds[0].Revents != 0 {
-				close(exited)
-				return
-			}
-			if fds[1].Revents != 0 {
-				return // the runtime is closing; the sandbox runs on
-			}
-		}
-	}()
 	r.inits.Store(id, initProc{pid: st.Pid, owner: st.Owner})
 	return &runtime.Instance{State: state, Dial: r.dialer(id, st.Pid), Token: st.Token, Exited: exited}, nil
 }
@@ -823,7 +794,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 	}
 	t0 := time.Now()
 	defer func() { r.log.Debug("stopped", "sandbox", id, "took", time.Since(t0)) }()
-	if st.Pid > 0 && alive(st.Pid, st.StartTime) {
+	if st.Pid > 0 && hostproc.Alive(st.Pid, st.StartTime) {
 		// Killing the init of a PID namespace kills everything in it.
 		unix.Kill(st.Pid, unix.SIGKILL)
 	}
@@ -836,7 +807,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 		return fmt.Errorf("sandbox %s: load cgroup: %w", id, err)
 	}
 	if st.Pid > 0 {
-		if err := waitExit(st.Pid, st.StartTime, 5*time.Second); err != nil {
+		if err := hostproc.WaitExit(st.Pid, st.StartTime, 5*time.Second); err != nil {
 			return fmt.Errorf("sandbox %s: init %d: %w", id, st.Pid, err)
 		}
 	}
@@ -863,94 +834,6 @@ func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) 
 		return fmt.Errorf("sandbox %s: remove files: %w", id, err)
 	}
 	return nil
-}
-
-// openPidfd opens a pidfd of pid if it is still the process that started at
-// start; -1 if that process is gone (a pid reused since is not it).
-func openPidfd(pid int, start uint64) (int, error) {
-	if !alive(pid, start) {
-		return -1, nil
-	}
-	fd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return -1, nil
-	}
-	if err != nil {
-		return -1, fmt.Errorf("pidfd_open: %w", err)
-	}
-	// Checked again now that the pidfd pins the process.
-	if !alive(pid, start) {
-		unix.Close(fd)
-		return -1, nil
-	}
-	return fd, nil
-}
-
-// waitExit waits until the process that started at start is gone (it has
-// exited: a zombie counts as gone), at most timeout.
-func waitExit(pid int, start uint64, timeout time.Duration) error {
-	fd, err := openPidfd(pid, start)
-	if err != nil || fd < 0 {
-		return err
-	}
-	defer unix.Close(fd)
-	deadline := time.Now().Add(timeout)
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return fmt.Errorf("still running %s after SIGKILL", timeout)
-		}
-		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("poll pidfd: %w", err)
-		}
-		if n > 0 {
-			return nil
-		}
-	}
-}
-
-// alive reports whether pid is still the process that started at start
-// (a zombie counts as gone).
-func alive(pid int, start uint64) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	st, s, ok := parseStat(string(b))
-	return ok && st == start && s != "Z" && s != "X"
-}
-
-func startTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	st, _, ok := parseStat(string(b))
-	if !ok {
-		return 0, fmt.Errorf("cannot parse /proc/%d/stat", pid)
-	}
-	return st, nil
-}
-
-// parseStat returns the start time (field 22) and state (field 3) of a
-// /proc/<pid>/stat line. The command name may hold spaces and parentheses,
-// so fields are counted after the last ')'.
-func parseStat(s string) (start uint64, state string, ok bool) {
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, "", false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, "", false
-	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	return start, f[0], err == nil
 }
 
 func randomToken() (string, error) {
