@@ -41,6 +41,24 @@ func RequireProgram(t testing.TB, program string) {
 	t.Skipf("needs %s", program)
 }
 
+// Runsc returns the runsc binary for tests of the gvisor runtime:
+// $BERTH_RUNSC when set (make test installs a pinned one and sets it), else
+// runsc on PATH. Where there is none the test is skipped, and fails where
+// CI=true.
+func Runsc(t testing.TB) string {
+	t.Helper()
+	RequireRoot(t)
+	if p := os.Getenv("BERTH_RUNSC"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("BERTH_RUNSC: %v", err)
+		}
+		return p
+	}
+	RequireProgram(t, "runsc")
+	p, _ := exec.LookPath("runsc")
+	return p
+}
+
 var (
 	buildOnce sync.Once
 	buildPath string

@@ -5,10 +5,8 @@ package native
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -137,12 +135,12 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	if err := hostpath.CheckSearchable(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("native runtime: state dir: %w", err)
 	}
-	guestBin, err := installGuest(cfg.GuestBinary, filepath.Join(cfg.StateDir, "bin"))
+	guestBin, err := runtime.InstallGuest(cfg.GuestBinary, filepath.Join(cfg.StateDir, "bin"))
 	if err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
 	cfg.GuestBinary = guestBin
-	if err := checkGuest(guestBin); err != nil {
+	if err := runtime.CheckGuest(guestBin); err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
 	w, err := hostproc.NewWatcher()
@@ -216,59 +214,6 @@ func capabilities(stateDir string) runtime.Capabilities {
 		c.Missing["grow_disk"] = "growing a running sandbox's disk needs CAP_SYS_RESOURCE, which this daemon lacks"
 	}
 	return c
-}
-
-// checkGuest runs `guest --check`: a binary that cannot harden a sandbox
-// (a cgo build) is refused now, with its reason, not at every create.
-func checkGuest(bin string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "guest", guestapi.CheckFlag)
-	cmd.Env = []string{}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("guest binary %s cannot run sandboxes: %v: %s", bin, err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
-// installGuest copies the guest binary into the runtime's state dir, named by
-// its content hash: the copy is reachable by a sandbox's unprivileged host
-// uid wherever the daemon's own binary lives, owned by root and read-only to
-// sandboxes, and an upgrade never overwrites a binary that sandboxes run.
-func installGuest(src, dir string) (string, error) {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return "", fmt.Errorf("read guest binary: %w", err)
-	}
-	sum := sha256.Sum256(b)
-	dst := filepath.Join(dir, "berth-guest-"+hex.EncodeToString(sum[:8]))
-	if _, err := os.Stat(dst); err == nil {
-		return dst, nil
-	}
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return "", err
-	}
-	tmp, err := os.CreateTemp(dir, ".guest-")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return "", err
-	}
-	return dst, nil
 }
 
 // Name implements runtime.Runtime.

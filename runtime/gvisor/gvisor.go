@@ -1,0 +1,842 @@
+// Package gvisor is berth's user-space-kernel tier: each sandbox is a gVisor
+// sandbox that runsc starts from an OCI bundle this runtime writes, with the
+// berth guest as its init, on the same writable layer over the same image
+// layers as the native runtime and in a cgroup made by the same code.
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/cgroup"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/internal/hostpath"
+	"github.com/berthsh/berth/internal/hostproc"
+	"github.com/berthsh/berth/layerdiff"
+	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/runtime/layer"
+)
+
+// Name is the runtime's registered name.
+const Name = "gvisor"
+
+// Platforms runsc can run sandboxes on: systrap (seccomp traps, works
+// everywhere), kvm (hardware virtualization, where /dev/kvm works) and
+// ptrace (slow, for old kernels).
+var Platforms = []string{"systrap", "kvm", "ptrace"}
+
+// controlSocket is the guest's control socket in a sandbox's ctl directory.
+const controlSocket = "guest.sock"
+
+// The sentry and the gofer, gVisor's kernel and file server, run in the
+// sandbox's cgroup with the workload: their own threads and memory are
+// charged there too, so the cgroup gets this much above the limits asked
+// for, which then bound what runs inside as they do on native.
+const (
+	sentryPids   = 256
+	sentryMemory = 96 << 20
+)
+
+// Options tune the gvisor runtime beyond runtime.Config.
+type Options struct {
+	// Runsc is the runsc binary; "" finds it on PATH.
+	Runsc string
+	// Platform is runsc's platform (Platforms); "" is systrap.
+	Platform string
+	// CgroupRoot names berth's group under each cgroup hierarchy.
+	CgroupRoot string
+	// Debug keeps runsc's debug logs in each sandbox's directory.
+	Debug bool
+}
+
+// Runtime is the gvisor runtime.
+type Runtime struct {
+	cfg     runtime.Config
+	opts    Options
+	log     *slog.Logger
+	cgroups cgroup.Manager
+	caps    runtime.Capabilities
+	runsc   string
+	guest   string // the guest binary's name in binDir
+	base    string // the read-only layer of the mount points berth needs
+	watcher *hostproc.Watcher
+
+	files sync.Map // sandbox id -> its RLIMIT_NOFILE (int64), fixed at boot
+}
+
+// persisted is the runtime-private state the manager keeps for each sandbox.
+type persisted struct {
+	// Pid and StartTime name the sandbox's runsc-sandbox process (the sentry).
+	Pid       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+	Token     string `json:"token"`
+	Owner     uint32 `json:"owner"`
+	OpenFiles int64  `json:"open_files,omitempty"`
+}
+
+// Factory returns a runtime.Factory for the gvisor runtime with opts.
+func Factory(opts Options) runtime.Factory {
+	return func(cfg runtime.Config) (runtime.Runtime, error) { return New(cfg, opts) }
+}
+
+// New checks that runsc runs here and prepares the runtime's state directory.
+func New(cfg runtime.Config, opts Options) (*Runtime, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("gvisor runtime needs root (runsc runs sandboxes as root)")
+	}
+	if cfg.GuestBinary == "" {
+		return nil, errors.New("gvisor runtime: no guest binary configured")
+	}
+	if opts.Platform == "" {
+		opts.Platform = "systrap"
+	}
+	if !slices.Contains(Platforms, opts.Platform) {
+		return nil, fmt.Errorf("gvisor runtime: platform %q: want one of %v", opts.Platform, Platforms)
+	}
+	if opts.Platform == "kvm" {
+		if _, err := os.Stat("/dev/kvm"); err != nil {
+			return nil, fmt.Errorf("gvisor runtime: platform kvm needs /dev/kvm: %w", err)
+		}
+	}
+	if opts.CgroupRoot == "" {
+		opts.CgroupRoot = "berth"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	runsc := opts.Runsc
+	if runsc == "" {
+		runsc = "runsc"
+	}
+	path, err := exec.LookPath(runsc)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor runtime: runsc not found (install it with scripts/runsc.sh, or name it with --runsc): %w", err)
+	}
+	if out, err := exec.Command(path, "--version").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("gvisor runtime: %s --version: %v: %s", path, err, bytes.TrimSpace(out))
+	}
+	cg, err := cgroup.New(opts.CgroupRoot)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor runtime: cgroups: %w", err)
+	}
+	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes"), filepath.Join(cfg.StateDir, "runsc")} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("gvisor runtime: state dir: %w", err)
+		}
+	}
+	if err := hostpath.CheckSearchable(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("gvisor runtime: state dir: %w", err)
+	}
+	guest, err := runtime.InstallGuest(cfg.GuestBinary, filepath.Join(cfg.StateDir, "bin"))
+	if err != nil {
+		return nil, fmt.Errorf("gvisor runtime: %w", err)
+	}
+	if err := runtime.CheckGuest(guest); err != nil {
+		return nil, fmt.Errorf("gvisor runtime: %w", err)
+	}
+	base, err := makeBase(filepath.Join(cfg.StateDir, "base"))
+	if err != nil {
+		return nil, fmt.Errorf("gvisor runtime: %w", err)
+	}
+	w, err := hostproc.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("gvisor runtime: %w", err)
+	}
+	r := &Runtime{cfg: cfg, opts: opts, log: cfg.Log, cgroups: cg, runsc: path, guest: filepath.Base(guest), base: base, watcher: w}
+	r.caps = r.capabilities()
+	r.log.Info("gvisor runtime ready", "runsc", path, "platform", opts.Platform, "cgroup_version", cg.Version(), "missing", r.caps.Missing)
+	return r, nil
+}
+
+// makeBase makes the read-only layer at dir that sits under every
+// sandbox's image layers: the mount points runsc needs, so that it never
+// creates them in a sandbox's writable layer (where they would show in its
+// diff and snapshots). An image's own directories of these names win.
+func makeBase(dir string) (string, error) {
+	for _, d := range []string{"", ".berth", "proc", "dev", "sys", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return "", fmt.Errorf("base layer: %w", err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "tmp"), 0o1777); err != nil {
+		return "", fmt.Errorf("base layer: %w", err)
+	}
+	return dir, nil
+}
+
+// capabilities says what this runtime does on this host.
+func (r *Runtime) capabilities() runtime.Capabilities {
+	c := runtime.Capabilities{
+		Limits:       runtime.LimitSupport{CPUs: true, Memory: true, Pids: true, Disk: true, OpenFiles: true},
+		NetworkModes: []string{runtime.NetworkNone},
+		StopStart:    true,
+		UpdateLimits: true,
+		GrowDisk:     true,
+		Stats:        true,
+		Snapshot:     true,
+		Missing: map[string]string{
+			"network_link":    "the gvisor runtime runs sandboxes without a network link yet (loopback only)",
+			"idmapped_layers": "runsc serves the root through its gofer, which does not use idmapped mounts: image layers are copied once per sandbox's id range",
+		},
+	}
+	var cpus unix.CPUSet
+	if unix.SchedGetaffinity(0, &cpus) == nil {
+		c.Host.CPUs = float64(cpus.Count())
+	}
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		c.Host.MemoryBytes = int64(si.Totalram) * int64(si.Unit)
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(r.cfg.StateDir, &st) == nil {
+		c.Host.DiskBytes = int64(st.Blocks) * st.Bsize
+	}
+	c.Host.OpenFiles = 1 << 20
+	if why := layer.DiskSupport(); why != "" {
+		c.Limits.Disk, c.GrowDisk = false, false
+		c.Missing["disk_bytes"] = why
+	}
+	if why := r.cgroups.CanFreeze(); why != "" {
+		c.Missing["pause"] = why
+	} else {
+		c.Pause = true
+	}
+	c.Missing["memory_checkpoint"] = "not yet: runsc checkpoint and restore are not wired into berth"
+	return c
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return Name }
+
+// Capabilities implements runtime.Runtime.
+func (r *Runtime) Capabilities() runtime.Capabilities { return r.caps }
+
+var (
+	_ runtime.Stopper       = (*Runtime)(nil)
+	_ runtime.Updater       = (*Runtime)(nil)
+	_ runtime.StatsProvider = (*Runtime)(nil)
+	_ runtime.Differ        = (*Runtime)(nil)
+	_ runtime.Pauser        = (*Runtime)(nil)
+	_ runtime.Capturer      = (*Runtime)(nil)
+	_ runtime.Archiver      = (*Runtime)(nil)
+)
+
+func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.cfg.StateDir, "sandboxes", id) }
+
+// checkSpec refuses what this runtime cannot realize.
+func (r *Runtime) checkSpec(spec runtime.Spec) error {
+	if len(spec.Root.Layers) == 0 {
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: the spec has no root file system", spec.ID)
+	}
+	if spec.Users.Size == 0 || spec.Users.HostID == 0 {
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: the spec has no user mapping (or maps root to the host's)", spec.ID)
+	}
+	if spec.Root.IDMapped {
+		return errdefs.New(errdefs.NotImplemented, "sandbox %s: idmapped layers: %s", spec.ID, r.caps.Missing["idmapped_layers"])
+	}
+	if !slices.Contains(r.caps.NetworkModes, spec.Network.Mode) {
+		if spec.Network.Mode == runtime.NetworkLink {
+			return errdefs.New(errdefs.NotImplemented, "sandbox %s: network link: %s", spec.ID, r.caps.Missing["network_link"])
+		}
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: network mode %q: the gvisor runtime attaches %v", spec.ID, spec.Network.Mode, r.caps.NetworkModes)
+	}
+	if spec.Limits.DiskBytes > 0 && !r.caps.Limits.Disk {
+		return errdefs.New(errdefs.NotImplemented, "limits.disk_bytes: %s", r.caps.Missing["disk_bytes"])
+	}
+	return nil
+}
+
+// Create implements runtime.Runtime.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Instance, err error) {
+	if err := r.checkSpec(spec); err != nil {
+		return nil, err
+	}
+	dir := r.sandboxDir(spec.ID)
+	if err := os.Mkdir(dir, 0o710); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, errdefs.New(errdefs.AlreadyExists, "sandbox %q already has a directory", spec.ID)
+		}
+		return nil, fmt.Errorf("make sandbox dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			if uerr := layer.UnmountDisk(dir); uerr != nil {
+				r.log.Error("failed create: unmount disk", "sandbox", spec.ID, "err", uerr)
+			}
+			if rerr := os.RemoveAll(dir); rerr != nil {
+				r.log.Error("failed create: remove sandbox dir", "sandbox", spec.ID, "err", rerr)
+			}
+		}
+	}()
+	root := int(spec.Users.HostID)
+	if err := os.Chown(dir, 0, root); err != nil {
+		return nil, fmt.Errorf("chown sandbox dir: %w", err)
+	}
+	if err := layer.MakeDir(filepath.Join(dir, "ctl"), 0o700, root); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o700); err != nil {
+		return nil, fmt.Errorf("make rootfs: %w", err)
+	}
+	upper, err := layer.Make(ctx, dir, spec.Limits.DiskBytes, root)
+	if err != nil {
+		return nil, err
+	}
+	if err := layer.WriteFiles(upper, spec.Hostname, spec.Files, root); err != nil {
+		return nil, err
+	}
+	return r.boot(ctx, spec)
+}
+
+// Start implements runtime.Stopper: it boots a stopped sandbox again on its
+// kept writable layer.
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instance, error) {
+	if err := r.checkSpec(spec); err != nil {
+		return nil, err
+	}
+	dir := r.sandboxDir(spec.ID)
+	upper, err := layer.Ready(spec.ID, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := layer.WriteFiles(upper, spec.Hostname, spec.Files, int(spec.Users.HostID)); err != nil {
+		return nil, err
+	}
+	// What an earlier life left (a sentry that died on its own, a daemon
+	// killed mid-stop) is cleared first.
+	if err := r.teardown(ctx, spec.ID); err != nil {
+		return nil, err
+	}
+	return r.boot(ctx, spec)
+}
+
+// flags are runsc's global flags, the same for every command on a sandbox
+// (runsc reads its configuration again at each).
+func (r *Runtime) flags(id string) []string {
+	f := []string{
+		"--root=" + filepath.Join(r.cfg.StateDir, "runsc"),
+		"--platform=" + r.opts.Platform,
+		"--network=none",    // loopback only, in gVisor's own network stack
+		"--host-uds=create", // the guest binds its control socket on the host
+		"--overlay2=none",   // writes go through to the sandbox's writable layer
+		"--ignore-cgroups",  // berth's cgroup holds the sandbox (see boot)
+	}
+	if r.opts.Debug {
+		f = append(f, "--debug", "--debug-log="+filepath.Join(r.sandboxDir(id), "runsc")+"/")
+	}
+	return f
+}
+
+// run runs runsc with the sandbox's flags and args, and says what it said
+// when it fails.
+func (r *Runtime) run(ctx context.Context, id string, args ...string) error {
+	cmd := exec.CommandContext(ctx, r.runsc, append(r.flags(id), args...)...)
+	cmd.Env = []string{}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("runsc %s: %w: %s", args[0], err, truncate(string(bytes.TrimSpace(out)), 1024))
+	}
+	return nil
+}
+
+// boot writes the bundle, mounts the root, makes the cgroup and starts the
+// sandbox on its existing directory. On error it leaves no mount, cgroup,
+// runsc state or process behind.
+func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Instance, err error) {
+	t0 := time.Now()
+	dir := r.sandboxDir(spec.ID)
+	defer func() {
+		if err != nil {
+			if terr := r.teardown(context.WithoutCancel(ctx), spec.ID); terr != nil {
+				r.log.Error("failed boot: tear down", "sandbox", spec.ID, "err", terr)
+			}
+		}
+	}()
+	root := int(spec.Users.HostID)
+	upper, work := layer.Dirs(dir)
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := mountRoot(rootfs, append(slices.Clone(spec.Root.Layers), r.base), upper, work); err != nil {
+		return nil, err
+	}
+	// runsc covers an empty /tmp with a tmpfs of its own; bound explicitly,
+	// /tmp stays on the writable layer (kept across a stop, in snapshots)
+	// as on every runtime. Nothing runs in the sandbox yet, so what is
+	// checked here is what runsc binds: a directory, never a symlink a
+	// sandbox left to steer the bind onto the host.
+	var tmp *runtime.Mount
+	if fi, err := os.Lstat(filepath.Join(rootfs, "tmp")); err == nil && fi.IsDir() {
+		tmp = &runtime.Mount{Source: filepath.Join(rootfs, "tmp"), Target: "/tmp"}
+	}
+	token, err := randomToken()
+	if err != nil {
+		return nil, err
+	}
+	ctl := filepath.Join(dir, "ctl")
+	os.Remove(filepath.Join(ctl, controlSocket))
+	b := guestapi.Bootstrap{
+		ID:       spec.ID,
+		Hostname: spec.Hostname,
+		Token:    token,
+		Listen:   guestapi.ListenUnix + ctlDir + "/" + controlSocket,
+		Seccomp:  true,
+		Hide:     []string{ctlDir},
+	}
+	if err := writeJSON(filepath.Join(ctl, bootstrapFile), b, root, root); err != nil {
+		return nil, err
+	}
+	oci := bundleSpec(spec, rootfs, tmp, ctl, filepath.Join(r.cfg.StateDir, "bin"), r.guest, guestEnv())
+	if err := writeJSON(filepath.Join(dir, "config.json"), oci, 0, 0); err != nil {
+		return nil, err
+	}
+	cg, err := r.cgroups.Create(spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	if err := cg.Set(cgroupLimits(spec.Limits)); err != nil {
+		return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
+	}
+	tPrep := time.Now()
+	// runsc create starts the sandbox's processes (the sentry, the gofer)
+	// as its children: born in the sandbox's cgroup, they stay there.
+	pidFile := filepath.Join(dir, "pid")
+	os.Remove(pidFile)
+	// Its output goes to a file, not a pipe: the sandbox inherits runsc's
+	// stdio and would hold a pipe open for its whole life.
+	logPath := filepath.Join(dir, "runsc.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("runsc log: %w", err)
+	}
+	create := exec.CommandContext(ctx, r.runsc, append(r.flags(spec.ID), "create", "--bundle="+dir, "--pid-file="+pidFile, spec.ID)...)
+	create.Env = []string{}
+	create.Stdout, create.Stderr = logf, logf
+	create.SysProcAttr = &unix.SysProcAttr{Setsid: true} // not in the daemon's session: the sandbox survives it
+	err = cg.Start(create, nil)
+	logf.Close()
+	if err != nil {
+		return nil, fmt.Errorf("runsc create: %w", err)
+	}
+	if err := create.Wait(); err != nil {
+		return nil, fmt.Errorf("runsc create: %w: %s", err, tailFile(logPath))
+	}
+	tCreate := time.Now()
+	pid, err := readPid(pidFile)
+	if err != nil {
+		return nil, err
+	}
+	start, err := hostproc.StartTime(pid)
+	if err != nil {
+		return nil, fmt.Errorf("runsc sandbox %d: %w", pid, err)
+	}
+	exited, ok, err := r.watcher.Watch(pid, start)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("runsc sandbox %d exited before its start", pid)
+	}
+	if err := r.run(ctx, spec.ID, "start", spec.ID); err != nil {
+		return nil, err
+	}
+	tStart := time.Now()
+	dial := r.dialer(spec.ID, spec.Users.HostID)
+	if err := waitReady(ctx, dial, exited); err != nil {
+		return nil, fmt.Errorf("guest of %s did not start: %w", spec.ID, err)
+	}
+	r.log.Debug("create phases", "sandbox", spec.ID, "prepare", tPrep.Sub(t0), "runsc_create", tCreate.Sub(tPrep),
+		"runsc_start", tStart.Sub(tCreate), "guest_ready", time.Since(tStart))
+	r.files.Store(spec.ID, spec.Limits.OpenFiles)
+	st, err := json.Marshal(persisted{Pid: pid, StartTime: start, Token: token, Owner: spec.Users.HostID, OpenFiles: spec.Limits.OpenFiles})
+	if err != nil {
+		return nil, err
+	}
+	return &runtime.Instance{State: st, Dial: dial, Token: token, Exited: exited}, nil
+}
+
+// mountRoot mounts the sandbox's root at dir on the host: layers, topmost
+// first, under its writable layer. runsc's gofer serves it to the sandbox.
+func mountRoot(dir string, layers []string, upper, work string) error {
+	for _, l := range layers {
+		if strings.ContainsAny(l, ",:") {
+			return fmt.Errorf("layer %q: a path with ',' or ':' cannot be an overlay layer", l)
+		}
+	}
+	opts := "lowerdir=" + strings.Join(layers, ":") + ",upperdir=" + upper + ",workdir=" + work
+	if len(opts) >= unix.Getpagesize() {
+		return errdefs.New(errdefs.InvalidArgument, "%d layers are too many for one overlay mount here", len(layers))
+	}
+	if err := unix.Mount("overlay", dir, "overlay", unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount the root: %w", err)
+	}
+	return nil
+}
+
+// readPid reads the pid runsc create wrote.
+func readPid(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("runsc pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("runsc pid file: %q is not a pid", b)
+	}
+	return pid, nil
+}
+
+// guestEnv is the guest's whole environment (see native's).
+func guestEnv() []string {
+	env := []string{"GOMAXPROCS=1"}
+	if v := os.Getenv("BERTH_GUEST_DEBUG"); v != "" {
+		env = append(env, "BERTH_GUEST_DEBUG="+v)
+	}
+	return env
+}
+
+// waitReady waits until the guest accepts on its control socket, the
+// sandbox exits, or ctx ends.
+func waitReady(ctx context.Context, dial func(context.Context) (net.Conn, error), exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	wait := 200 * time.Microsecond
+	for {
+		c, err := dial(ctx)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("the sandbox exited during set-up")
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Millisecond)
+	}
+}
+
+// dialer connects to the sandbox's control socket and checks, with the
+// kernel's word (SO_PEERCRED), that the listener runs as the sandbox's
+// root: the gofer that bound it for the guest, in the sandbox's user
+// namespace, whose host ids belong to this sandbox alone.
+func (r *Runtime) dialer(id string, owner uint32) func(ctx context.Context) (net.Conn, error) {
+	ctl := filepath.Join(r.sandboxDir(id), "ctl")
+	return func(ctx context.Context) (net.Conn, error) {
+		fd, err := unix.Open(ctl, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
+		}
+		defer unix.Close(fd)
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, controlSocket))
+		if err != nil {
+			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
+		}
+		if err := checkPeer(c.(*net.UnixConn), owner); err != nil {
+			c.Close()
+			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
+		}
+		return c, nil
+	}
+}
+
+func checkPeer(c *net.UnixConn, owner uint32) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if credErr != nil {
+		return credErr
+	}
+	if cred.Uid != owner {
+		return fmt.Errorf("control socket is held by uid %d, not the sandbox's root %d", cred.Uid, owner)
+	}
+	return nil
+}
+
+// Attach implements runtime.Runtime.
+func (r *Runtime) Attach(ctx context.Context, id string, state json.RawMessage) (*runtime.Instance, error) {
+	var st persisted
+	if err := json.Unmarshal(state, &st); err != nil {
+		return nil, fmt.Errorf("sandbox %s: bad runtime state: %w", id, err)
+	}
+	exited, ok, err := r.watcher.Watch(st.Pid, st.StartTime)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if !ok {
+		return nil, errdefs.New(errdefs.Unavailable, "sandbox %s: its gVisor sandbox (pid %d) is gone", id, st.Pid)
+	}
+	r.files.Store(id, st.OpenFiles)
+	return &runtime.Instance{State: state, Dial: r.dialer(id, st.Owner), Token: st.Token, Exited: exited}, nil
+}
+
+// Stop implements runtime.Stopper: every process of the sandbox ends, its
+// runsc state, root mount and cgroup go; its files stay for Start.
+// Stopping what is stopped is not an error.
+func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) error {
+	return r.teardown(ctx, id)
+}
+
+// teardown ends sandbox id's gVisor sandbox, whatever is left of it: runsc's
+// state, every process in its cgroup, its root mount and the cgroup.
+func (r *Runtime) teardown(ctx context.Context, id string) error {
+	r.files.Delete(id)
+	var errs []error
+	if exists(filepath.Join(r.cfg.StateDir, "runsc", id)) || r.known(id) {
+		if err := r.run(ctx, id, "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "does not exist") {
+			errs = append(errs, err)
+		}
+	}
+	cg, err := r.cgroups.Load(id)
+	switch {
+	case err == nil:
+		if err := cg.Kill(); err != nil {
+			errs = append(errs, fmt.Errorf("kill cgroup: %w", err))
+		} else if err := cg.Remove(); err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		errs = append(errs, fmt.Errorf("load cgroup: %w", err))
+	}
+	rootfs := filepath.Join(r.sandboxDir(id), "rootfs")
+	if err := unix.Unmount(rootfs, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, fmt.Errorf("unmount the root: %w", err))
+	}
+	os.Remove(filepath.Join(r.sandboxDir(id), "ctl", controlSocket))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// known says whether runsc keeps state for sandbox id (its state files are
+// named after the id in runsc's root).
+func (r *Runtime) known(id string) bool {
+	m, _ := filepath.Glob(filepath.Join(r.cfg.StateDir, "runsc", id+"*"))
+	return len(m) > 0
+}
+
+// Delete implements runtime.Runtime.
+func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) error {
+	if err := r.teardown(ctx, id); err != nil {
+		return err
+	}
+	dir := r.sandboxDir(id)
+	if err := layer.UnmountDisk(dir); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("sandbox %s: remove files: %w", id, err)
+	}
+	return nil
+}
+
+// Close stops the runtime's exit watches; sandboxes keep running.
+func (r *Runtime) Close() error {
+	if err := r.watcher.Close(); err != nil {
+		return fmt.Errorf("gvisor runtime: %w", err)
+	}
+	return nil
+}
+
+// group returns a running sandbox's cgroup.
+func (r *Runtime) group(id string) (cgroup.Group, error) {
+	g, err := r.cgroups.Load(id)
+	if err != nil {
+		return nil, errdefs.Wrap(errdefs.Conflict, err, "sandbox %s has no cgroup (is it running?)", id)
+	}
+	return g, nil
+}
+
+// cgroupLimits are the sandbox's limits with room for gVisor's own kernel.
+func cgroupLimits(l runtime.Limits) cgroup.Limits {
+	c := cgroup.Limits{CPUs: l.CPUs, MemoryBytes: l.MemoryBytes, Pids: l.Pids}
+	if c.MemoryBytes > 0 {
+		c.MemoryBytes += sentryMemory
+	}
+	if c.Pids > 0 {
+		c.Pids += sentryPids
+	}
+	return c
+}
+
+// SetLimits implements runtime.Updater. RLIMIT_NOFILE is fixed when the
+// sandbox boots: gVisor's tasks are not host processes that prlimit reaches.
+func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) error {
+	if v, ok := r.files.Load(id); ok && l.OpenFiles > 0 && l.OpenFiles != v.(int64) {
+		return errdefs.New(errdefs.NotImplemented, "limits.open_files: the gvisor runtime sets it when a sandbox boots; stop and start the sandbox to change it")
+	}
+	cg, err := r.group(id)
+	if err != nil {
+		return err
+	}
+	if err := cg.Set(cgroupLimits(l)); err != nil {
+		return errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
+	}
+	if l.DiskBytes > 0 {
+		return layer.GrowDisk(ctx, r.sandboxDir(id), l.DiskBytes)
+	}
+	return nil
+}
+
+// Stats implements runtime.StatsProvider from the sandbox's cgroup (gVisor's
+// own kernel included) and the size of its writable layer.
+func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Usage, error) {
+	cg, err := r.group(id)
+	if err != nil {
+		return runtime.Usage{}, err
+	}
+	st, err := cg.Stats()
+	if err != nil {
+		return runtime.Usage{}, fmt.Errorf("sandbox %s: cgroup stats: %w", id, err)
+	}
+	return runtime.Usage{CPUSeconds: float64(st.CPUUsageNs) / 1e9, MemoryBytes: st.MemoryCurrent,
+		MemoryPeakBytes: st.MemoryPeak, Pids: st.Pids, OOMKills: st.OOMKills,
+		DiskBytes: layer.Usage(ctx, r.sandboxDir(id))}, nil
+}
+
+// OOMKills implements runtime.StatsProvider.
+func (r *Runtime) OOMKills(ctx context.Context, id string) (int64, error) {
+	cg, err := r.group(id)
+	if err != nil {
+		return 0, err
+	}
+	return cg.OOMKills()
+}
+
+// LimitHits implements runtime.StatsProvider.
+func (r *Runtime) LimitHits(ctx context.Context, id string) (runtime.LimitHits, error) {
+	cg, err := r.group(id)
+	if err != nil {
+		return runtime.LimitHits{}, err
+	}
+	h, err := cg.LimitHits()
+	if err != nil {
+		return runtime.LimitHits{}, err
+	}
+	return runtime.LimitHits{Pids: h.Pids, CPUThrottled: h.CPUThrottled, DiskFull: layer.DiskFull(r.sandboxDir(id))}, nil
+}
+
+// Pause implements runtime.Pauser with the sandbox's cgroup freezer: the
+// sentry and the gofer stop, and with them everything inside.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	if !r.caps.Pause {
+		return errdefs.New(errdefs.NotImplemented, "pause: %s", r.caps.Missing["pause"])
+	}
+	g, err := r.group(id)
+	if err != nil {
+		return err
+	}
+	return layer.Freeze(ctx, g, id)
+}
+
+// Resume implements runtime.Pauser.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	g, err := r.group(id)
+	if err != nil {
+		return err
+	}
+	return g.Thaw()
+}
+
+// Diff implements runtime.Differ.
+func (r *Runtime) Diff(ctx context.Context, id string, users runtime.IDMap, skip map[string][]byte, w io.Writer) (int, error) {
+	upper, _ := layer.Dirs(r.sandboxDir(id))
+	st, err := layerdiff.Write(w, upper, layerdiff.Options{IDs: layerdiff.IDs{Base: users.HostID, Size: users.Size}, Skip: skip})
+	if err != nil {
+		return st.Entries, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return st.Entries, nil
+}
+
+// WritableLayer implements runtime.Capturer.
+func (r *Runtime) WritableLayer(id string) (string, error) {
+	return layer.Upper(id, r.sandboxDir(id))
+}
+
+// Capture implements runtime.Capturer (see layer.Capture).
+func (r *Runtime) Capture(ctx context.Context, id string, users runtime.IDMap, skip map[string][]byte, dst string) (runtime.Capture, error) {
+	var f layer.Freezer
+	g, err := r.cgroups.Load(id)
+	switch {
+	case err == nil:
+		f = g
+	case !errors.Is(err, os.ErrNotExist):
+		return runtime.Capture{}, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	noFreeze := ""
+	if !r.caps.Pause {
+		noFreeze = r.caps.Missing["pause"]
+	}
+	return layer.Capture(ctx, id, r.sandboxDir(id), users, skip, dst, f, noFreeze)
+}
+
+// ClearLayer implements runtime.Archiver.
+func (r *Runtime) ClearLayer(ctx context.Context, id string) error {
+	if err := layer.Clear(r.sandboxDir(id)); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// RenewLayer implements runtime.Archiver.
+func (r *Runtime) RenewLayer(ctx context.Context, spec runtime.Spec, fill func(dir string) error) error {
+	return layer.Renew(ctx, r.sandboxDir(spec.ID), spec, fill)
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func randomToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("random token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// tailFile is the end of a log file.
+func tailFile(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "no log"
+	}
+	return truncate(strings.TrimSpace(string(b[max(0, len(b)-2048):])), 2048)
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
