@@ -9,20 +9,26 @@ STATE   ?= /var/lib/berth
 LISTEN  ?= 127.0.0.1:7680
 PKGS    := ./...
 
-.PHONY: build run install test test-go test-python test-e2b test-deps vet bench bench-deps bench-go fuzz clean
+.PHONY: build runsc run install test test-go test-python test-e2b test-deps vet bench bench-deps bench-go fuzz clean
 
 build:
 	$(GO) build -trimpath -o $(GUEST) ./cmd/berth-guest
 	$(GO) build -trimpath -tags berth_guest_embedded -o $(BIN) ./cmd/berth
 	@chmod 0755 bin $(BIN)
 
+# gVisor's runsc for the gvisor runtime, pinned by go.mod and built once into
+# a cache outside the clone (scripts/runsc.sh); bin/runsc links to it.
+runsc:
+	@mkdir -p bin
+	ln -sfn "$$(./scripts/runsc.sh)" bin/runsc
+
 # The binary is installed on PATH so that `berth run -- echo hello` works from
 # any shell once the daemon is up.
 install: build
 	install -m 0755 $(BIN) /usr/local/bin/berth
 
-run: install
-	exec /usr/local/bin/berth serve --state-dir $(STATE) --listen $(LISTEN)
+run: install runsc
+	exec /usr/local/bin/berth serve --state-dir $(STATE) --listen $(LISTEN) --runsc $(CURDIR)/bin/runsc
 
 vet:
 	$(GO) vet $(PKGS)
@@ -35,8 +41,8 @@ test-deps:
 
 test: test-go test-python test-e2b
 
-test-go: build vet test-deps
-	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $(PKGS)
+test-go: build vet test-deps runsc
+	BERTH_BINARY=$(CURDIR)/$(BIN) BERTH_RUNSC=$(CURDIR)/bin/runsc $(GO) test -count=1 -timeout 20m $(PKGS)
 
 # The Python SDK and its deepagents backend, in a virtual environment made
 # here with packages from PyPI (pinned in sdk/python/pyproject.toml), against

@@ -29,6 +29,7 @@ import (
 	"github.com/berthsh/berth/internal/guestbin"
 	"github.com/berthsh/berth/ports"
 	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/runtime/gvisor"
 	"github.com/berthsh/berth/runtime/native"
 	"github.com/berthsh/berth/sandbox"
 	"github.com/berthsh/berth/server"
@@ -78,6 +79,8 @@ type Config struct {
 	IDMap runtime.IDMap
 	// Native tunes the native runtime.
 	Native native.Options
+	// Gvisor tunes the gvisor runtime.
+	Gvisor gvisor.Options
 	// Network is the daemon's egress.
 	Network NetworkConfig
 }
@@ -154,6 +157,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 
 	var reg runtime.Registry
 	reg.Register(native.Name, native.Factory(cfg.Native))
+	reg.Register(gvisor.Name, gvisor.Factory(cfg.Gvisor))
 	unavailable := map[string]string{}
 	for _, name := range reg.Names() {
 		f, _ := reg.Factory(name)

@@ -68,7 +68,11 @@ func startDaemonOn(t testing.TB, listen, state string, args ...string) *daemon {
 	if state == "" {
 		state = testutil.StateDir(t)
 	}
-	d := &daemon{t: t, bin: testutil.Berth(t), state: state, listen: listen, args: append([]string{"--warm-pool", "0"}, args...)}
+	pre := []string{"--warm-pool", "0"}
+	if runsc := os.Getenv("BERTH_RUNSC"); runsc != "" {
+		pre = append(pre, "--runsc", runsc)
+	}
+	d := &daemon{t: t, bin: testutil.Berth(t), state: state, listen: listen, args: append(pre, args...)}
 	d.url = "http://" + d.listen
 	d.start()
 	t.Cleanup(func() {
@@ -131,10 +135,11 @@ func (d *daemon) stop() {
 	d.cmd.Wait()
 }
 
-// sandboxDirs counts the sandbox directories on disk (pooled ones included).
+// sandboxDirs counts the sandbox directories on disk, of every runtime
+// (pooled ones included).
 func (d *daemon) sandboxDirs() int {
-	entries, _ := os.ReadDir(filepath.Join(d.state, "runtimes", "native", "sandboxes"))
-	return len(entries)
+	dirs, _ := filepath.Glob(filepath.Join(d.state, "runtimes", "*", "sandboxes", "*"))
+	return len(dirs)
 }
 
 // guests counts the running guests of this daemon's sandboxes: processes
@@ -187,8 +192,11 @@ func freeAddr(t testing.TB) string {
 // traces lists what sandbox id left on the host.
 func (d *daemon) traces(id string) []string {
 	var out []string
-	if _, err := os.Lstat(filepath.Join(d.state, "runtimes", "native", "sandboxes", id)); err == nil {
-		out = append(out, "sandbox directory")
+	if m, _ := filepath.Glob(filepath.Join(d.state, "runtimes", "*", "sandboxes", id)); len(m) > 0 {
+		out = append(out, "sandbox directory "+m[0])
+	}
+	if m, _ := filepath.Glob(filepath.Join(d.state, "runtimes", "gvisor", "runsc", id+"*")); len(m) > 0 {
+		out = append(out, "runsc state "+m[0])
 	}
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/berth/" + id)
 	out = append(out, dirs...)

@@ -119,7 +119,10 @@ func (m *Manager) normalizeRequest(req api.CreateSandboxRequest) (api.CreateSand
 	}
 	t, ok := m.tiers[req.Runtime]
 	if !ok {
-		return req, errdefs.New(errdefs.InvalidArgument, "runtime: %q is not available (have %v)", req.Runtime, m.Runtimes())
+		if why, known := m.cfg.Unavailable[req.Runtime]; known {
+			return req, errdefs.New(errdefs.InvalidArgument, "runtime: %q cannot run on this host: %s (available: %v)", req.Runtime, why, m.Runtimes())
+		}
+		return req, errdefs.New(errdefs.InvalidArgument, "runtime: %q is not one berth has (available: %v)", req.Runtime, m.Runtimes())
 	}
 	if err := validateEnv("env", req.Env); err != nil {
 		return req, err

@@ -129,7 +129,9 @@ func become(uid, gid uint32, groups []uint32) error {
 	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), ptr, 0); e != 0 {
 		return fmt.Errorf("setgroups: %w", e)
 	}
-	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(gid), 0, 0)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETFSGID, uintptr(gid), 0, 0); e == unix.ENOSYS {
+		return becomeEffective(uid, gid)
+	}
 	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(uid), 0, 0)
 	// Both return the previous value; asking again with the same value
 	// tells whether the change took.
@@ -137,6 +139,29 @@ func become(uid, gid uint32, groups []uint32) error {
 	u, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, uintptr(uid), 0, 0)
 	if uint32(g) != gid || uint32(u) != uid {
 		return fmt.Errorf("set filesystem identity to %d:%d: refused", uid, gid)
+	}
+	return nil
+}
+
+// becomeEffective is become where the kernel has no setfsuid (gVisor):
+// the thread's effective ids, which the filesystem ids follow. The saved
+// ids stay 0, so the thread can become root again; a non-zero effective
+// uid clears its effective capabilities meanwhile, as acting as that user
+// should. The group goes first: once the uid is not 0, it could not.
+func becomeEffective(uid, gid uint32) error {
+	const keep = ^uintptr(0) // -1: leave this id as it is
+	if uid == 0 { // back to root: the uid first, for the right to set the gid
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
+			return fmt.Errorf("set effective uid 0: %w", e)
+		}
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
+		return fmt.Errorf("set effective gid %d: %w", gid, e)
+	}
+	if uid != 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
+			return fmt.Errorf("set effective uid %d: %w", uid, e)
+		}
 	}
 	return nil
 }

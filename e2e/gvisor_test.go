@@ -1,0 +1,184 @@
+package e2e
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/internal/testutil"
+)
+
+// startGvisorDaemon is a daemon whose gvisor runtime must be available (the
+// test fails, never skips, where CI=true and runsc cannot run).
+func startGvisorDaemon(t *testing.T, args ...string) *daemon {
+	t.Helper()
+	runsc := testutil.Runsc(t)
+	t.Setenv("BERTH_RUNSC", runsc)
+	d := startDaemon(t, "", args...)
+	rts, err := d.client.Runtimes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range rts {
+		if rt.Name == "gvisor" {
+			if !rt.Available {
+				t.Fatalf("the gvisor runtime cannot run here: %s", rt.Reason)
+			}
+			return d
+		}
+	}
+	t.Fatalf("no gvisor runtime in %+v", rts)
+	return nil
+}
+
+// TestGvisorThroughTheAPI drives a gvisor sandbox through the same API as
+// a native one: create by name, exec, files, background processes, limits,
+// stop and start, a daemon killed with -9 and restarted, delete.
+func TestGvisorThroughTheAPI(t *testing.T) {
+	d := startGvisorDaemon(t)
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "gvisor", Labels: map[string]string{"tier": "g"},
+		Limits: api.Limits{MemoryBytes: 256 << 20, Pids: 128, OpenFiles: 512}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Runtime != "gvisor" {
+		t.Fatalf("runtime %q", sb.Runtime)
+	}
+	// The kernel answering is gVisor's, not the host's.
+	// (gVisor reports a release of its own, whatever the host runs.)
+	var host unix.Utsname
+	if err := unix.Uname(&host); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "uname -r"})
+	if err != nil || r.ExitCode != 0 || !strings.HasSuffix(string(r.Stdout), "gvisor\n") || strings.Contains(unix.ByteSliceToString(host.Release[:]), "gvisor") {
+		t.Fatalf("the kernel inside: %q %v", r.Stdout, err)
+	}
+	r, err = d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "id -un; hostname; ulimit -n"})
+	if err != nil || r.ExitCode != 0 || string(r.Stdout) != "user\n"+sb.ID+"\n512\n" {
+		t.Fatalf("exec: %+v %v", r, err)
+	}
+	if _, err := d.client.Write(ctx, sb.ID, api.WriteRequest{Path: "/home/user/notes.txt", Content: "line one\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if ed, err := d.client.Edit(ctx, sb.ID, api.EditRequest{Path: "/home/user/notes.txt", Old: "one", New: "two"}); err != nil || ed.Occurrences != 1 {
+		t.Fatalf("edit: %+v %v", ed, err)
+	}
+	if g, err := d.client.Grep(ctx, sb.ID, api.GrepRequest{Pattern: "two", Path: "/home/user"}); err != nil || len(g.Matches) != 1 {
+		t.Fatalf("grep: %+v %v", g, err)
+	}
+	p, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.client.Stats(ctx, sb.ID); err != nil || st.MemoryBytes <= 0 || st.Pids <= 0 {
+		t.Fatalf("stats: %+v %v", st, err)
+	}
+
+	// A daemon killed with -9 finds the sandbox running when it comes back:
+	// the process still counts, the files are there.
+	d.kill9()
+	d.start()
+	got, err := d.client.GetSandbox(ctx, sb.ID)
+	if err != nil || got.State != api.StateRunning {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	if pr, err := d.client.GetProcess(ctx, sb.ID, p.Pid); err != nil || !pr.Running {
+		t.Fatalf("background process after restart: %+v %v", pr, err)
+	}
+	before := readCount(t, d, sb.ID)
+	time.Sleep(300 * time.Millisecond)
+	if after := readCount(t, d, sb.ID); after <= before {
+		t.Fatalf("the loop stopped counting after the restart: %d then %d", before, after)
+	}
+
+	if _, err := d.client.StopSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if tr := d.tracesRunning(sb.ID); len(tr) != 0 {
+		t.Fatalf("left running after stop: %v", tr)
+	}
+	if _, err := d.client.StartSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.client.ReadFile(ctx, sb.ID, "/home/user/notes.txt")
+	if err != nil || string(b) != "line two\n" {
+		t.Fatalf("after start: %q %v", b, err)
+	}
+	if err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if tr := d.traces(sb.ID); len(tr) != 0 {
+		t.Fatalf("traces after delete: %v", tr)
+	}
+}
+
+func readCount(t *testing.T, d *daemon, id string) int {
+	t.Helper()
+	r, err := d.client.Exec(t.Context(), id, api.ExecRequest{Shell: "cat /tmp/count"})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("read count: %+v %v", r, err)
+	}
+	var n int
+	for _, c := range strings.TrimSpace(string(r.Stdout)) {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// TestRuntimeChoice covers how a runtime is named: the list with
+// capabilities and reasons, a daemon default, and the 400s that name the
+// runtimes there are.
+func TestRuntimeChoice(t *testing.T) {
+	d := startGvisorDaemon(t, "--default-runtime", "gvisor")
+	ctx := t.Context()
+	rts, err := d.client.Runtimes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]api.Runtime{}
+	for _, rt := range rts {
+		byName[rt.Name] = rt
+	}
+	g, n := byName["gvisor"], byName["native"]
+	if !g.Default || n.Default || !g.Available || !n.Available {
+		t.Fatalf("runtimes: %+v", rts)
+	}
+	if c := g.Capabilities; c == nil || !c.StopStart || !c.Snapshot || c.IDMappedLayers || c.Missing["idmapped_layers"] == "" {
+		t.Fatalf("gvisor capabilities: %+v", g.Capabilities)
+	}
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil || sb.Runtime != "gvisor" {
+		t.Fatalf("create with the default: %+v %v", sb, err)
+	}
+	out, stderr, code := d.cli("", "create", "--runtime", "native")
+	if code != 0 || !strings.HasPrefix(strings.TrimSpace(out), "sb-") {
+		t.Fatalf("berth create --runtime native: %d %q %q", code, out, stderr)
+	}
+	if nsb, err := d.client.GetSandbox(ctx, strings.TrimSpace(out)); err != nil || nsb.Runtime != "native" {
+		t.Fatalf("created by the CLI: %+v %v", nsb, err)
+	}
+	_, err = d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "kata"})
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "runtime") || !strings.Contains(err.Error(), "gvisor") || !strings.Contains(err.Error(), "native") {
+		t.Fatalf("an unknown runtime: %v", err)
+	}
+
+	// A runtime that cannot run here says why, at start and at create.
+	d2 := startDaemon(t, "", "--runsc", "/nonexistent/runsc")
+	_, err = d2.client.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "gvisor"})
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "cannot run on this host") || !strings.Contains(err.Error(), "runsc") {
+		t.Fatalf("gvisor without runsc: %v", err)
+	}
+	if d2.sandboxDirs() != 0 {
+		t.Fatal("a refused create left a sandbox directory")
+	}
+	if _, err := os.Stat(d2.state + "/runtimes/gvisor/sandboxes"); err == nil {
+		t.Fatal("an unavailable runtime made its state directory")
+	}
+}
