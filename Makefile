@@ -53,8 +53,11 @@ $(VENV)/.installed: sdk/python/pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check -e 'sdk/python[test]'
 	touch $@
 
-test-python: build test-deps $(VENV)/.installed
-	cd sdk/python && BERTH_BINARY=$(CURDIR)/$(BIN) .venv/bin/python -m pytest -p no:cacheprovider -rfEx tests
+# It runs twice: on the native runtime, then with gvisor as the daemon's
+# default (runtime-specific tests name theirs).
+test-python: build test-deps runsc $(VENV)/.installed
+	cd sdk/python && BERTH_BINARY=$(CURDIR)/$(BIN) BERTH_RUNSC=$(CURDIR)/bin/runsc .venv/bin/python -m pytest -p no:cacheprovider -rfEx tests
+	cd sdk/python && BERTH_TEST_RUNTIME=gvisor BERTH_BINARY=$(CURDIR)/$(BIN) BERTH_RUNSC=$(CURDIR)/bin/runsc .venv/bin/python -m pytest -p no:cacheprovider -rfEx tests
 
 # E2B's own SDKs, as users install them (Python e2b from PyPI, the npm
 # package e2b; pinned in compat/e2b/sdktest), run unchanged against a real

@@ -126,12 +126,17 @@ func (m *Manager) execStream(ctx context.Context, tenant, id string, req api.Exe
 	spec.Batch = batch
 	defer m.streaming(ls)()
 	before, known := m.oomKills(ctx, ls, id)
+	started := time.Now()
 	st, err := ls.guest.Exec(ctx, spec)
 	if err != nil {
+		if r := m.endedByOOM(ctx, ls, id, before, known, err, started); r != nil {
+			m.emitExit(id, r)
+			return emit(api.ExecEvent{Type: api.EventExit, Result: r})
+		}
 		return m.gone(id, err)
 	}
 	defer st.Close() // closing early makes the guest kill the process group
-	return m.gone(id, pump(id, st, spec.MaxOutputBytes, func(ev api.ExecEvent) error {
+	err = pump(id, st, spec.MaxOutputBytes, func(ev api.ExecEvent) error {
 		switch ev.Type {
 		case api.EventStart:
 			m.emit(id, api.ProcessStarted, func(e *api.SandboxEvent) { e.Pid = ev.Pid })
@@ -140,7 +145,28 @@ func (m *Manager) execStream(ctx context.Context, tenant, id string, req api.Exe
 			m.emitExit(id, ev.Result)
 		}
 		return emit(ev)
-	}))
+	})
+	if r := m.endedByOOM(ctx, ls, id, before, known, err, started); r != nil {
+		m.emitExit(id, r)
+		return emit(api.ExecEvent{Type: api.EventExit, Result: r})
+	}
+	return m.gone(id, err)
+}
+
+// endedByOOM is the result of an exec whose guest went away (err) because
+// the whole sandbox ran out of memory: where a runtime's memory limit
+// bounds the sandbox as one (gvisor's: its kernel is in the cgroup), the
+// host kills the sandbox, not one process. Nil when that is not what
+// happened.
+func (m *Manager) endedByOOM(ctx context.Context, ls *liveSandbox, id string, before int64, known bool, err error, started time.Time) *api.ExecResult {
+	if !known || !errdefs.IsUnavailable(err) {
+		return nil
+	}
+	if after, ok := m.oomKills(context.WithoutCancel(ctx), ls, id); !ok || after <= before {
+		return nil
+	}
+	return &api.ExecResult{ExitCode: 137, Signal: 9, OOMKilled: true, DurationMs: time.Since(started).Milliseconds(),
+		Error: "the sandbox ran out of memory and was stopped: on runtime " + ls.tier.name + " the memory limit bounds the whole sandbox"}
 }
 
 // streaming counts an open stream as activity for as long as it is open;

@@ -375,13 +375,19 @@ func (m *Manager) watch(id string, inst *runtime.Instance) {
 		return // stopped or deleted on purpose
 	}
 	ls.guest.Close()
-	m.log.Warn("sandbox init exited", "sandbox", id)
+	reason := "its init exited unexpectedly: start it again"
+	if sp, ok := ls.tier.stats(); ok {
+		if n, err := sp.OOMKills(context.Background(), id); err == nil && n > 0 && ls.spec.Limits.MemoryBytes > 0 {
+			reason = fmt.Sprintf("it ran out of memory (its limit is %d bytes): start it again, with a higher limit", ls.spec.Limits.MemoryBytes)
+		}
+	}
+	m.log.Warn("sandbox init exited", "sandbox", id, "why", reason)
 	if rec, err := m.store.GetSandbox(context.Background(), id); err == nil {
 		if rec.State == statePooled {
 			m.discard(context.Background(), id)
 			return
 		}
-		m.settleStopped(context.Background(), rec, "its init exited unexpectedly: start it again")
+		m.settleStopped(context.Background(), rec, reason)
 	}
 }
 

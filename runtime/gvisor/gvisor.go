@@ -81,6 +81,10 @@ type Runtime struct {
 	watcher *hostproc.Watcher
 
 	files sync.Map // sandbox id -> its RLIMIT_NOFILE (int64), fixed at boot
+	// ooms keeps a stopped sandbox's last OOM count (int64) until it boots
+	// again: an OOM kills the whole sandbox here, and whoever asks why it
+	// ended may ask after its cgroup is gone.
+	ooms sync.Map
 }
 
 // persisted is the runtime-private state the manager keeps for each sandbox.
@@ -407,6 +411,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if err := writeJSON(filepath.Join(dir, "config.json"), oci, 0, 0); err != nil {
 		return nil, err
 	}
+	r.ooms.Delete(spec.ID)
 	cg, err := r.cgroups.Create(spec.ID)
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
@@ -609,6 +614,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 // state, every process in its cgroup, its root mount and the cgroup.
 func (r *Runtime) teardown(ctx context.Context, id string) error {
 	r.files.Delete(id)
+	r.ooms.Delete(id)
 	var errs []error
 	if exists(filepath.Join(r.cfg.StateDir, "runsc", id)) || r.known(id) {
 		if err := r.run(ctx, id, "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "does not exist") {
@@ -618,6 +624,9 @@ func (r *Runtime) teardown(ctx context.Context, id string) error {
 	cg, err := r.cgroups.Load(id)
 	switch {
 	case err == nil:
+		if n, err := cg.OOMKills(); err == nil {
+			r.ooms.Store(id, n)
+		}
 		if err := cg.Kill(); err != nil {
 			errs = append(errs, fmt.Errorf("kill cgroup: %w", err))
 		} else if err := cg.Remove(); err != nil {
@@ -649,6 +658,7 @@ func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) 
 	if err := r.teardown(ctx, id); err != nil {
 		return err
 	}
+	r.ooms.Delete(id)
 	dir := r.sandboxDir(id)
 	if err := layer.UnmountDisk(dir); err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
@@ -723,13 +733,21 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Usage, error) {
 		DiskBytes: layer.Usage(ctx, r.sandboxDir(id))}, nil
 }
 
-// OOMKills implements runtime.StatsProvider.
+// OOMKills implements runtime.StatsProvider; for a sandbox stopped since
+// it last ran, the count it ended with.
 func (r *Runtime) OOMKills(ctx context.Context, id string) (int64, error) {
 	cg, err := r.group(id)
-	if err != nil {
-		return 0, err
+	if err == nil {
+		var n int64
+		if n, err = cg.OOMKills(); err == nil {
+			return n, nil
+		}
 	}
-	return cg.OOMKills()
+	// Gone meanwhile: teardown kept the count before it removed the group.
+	if n, ok := r.ooms.Load(id); ok {
+		return n.(int64), nil
+	}
+	return 0, err
 }
 
 // LimitHits implements runtime.StatsProvider.

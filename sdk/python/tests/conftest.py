@@ -97,9 +97,16 @@ def daemon(egress_netns: str) -> Iterator[Daemon]:
     os.chmod(state, 0o755)  # sandboxes (unprivileged uids) must traverse it
     url = f"http://127.0.0.1:{_free_port()}"
     log = open(os.path.join(state, "daemon.log"), "wb")  # noqa: SIM115
+    args = [binary, "serve", "--listen", url[len("http://") :], "--state-dir", state, "--warm-pool", "4",
+            "--egress-netns", egress_netns, "--egress-dns", "203.0.113.53"]
+    # BERTH_TEST_RUNTIME runs the suite on another runtime (make test runs it
+    # on native and on gvisor, with the runsc make installs).
+    if rt := os.environ.get("BERTH_TEST_RUNTIME"):
+        args += ["--default-runtime", rt]
+    if runsc := os.environ.get("BERTH_RUNSC"):
+        args += ["--runsc", runsc]
     proc = subprocess.Popen(  # noqa: S603
-        [binary, "serve", "--listen", url[len("http://") :], "--state-dir", state, "--warm-pool", "4",
-         "--egress-netns", egress_netns, "--egress-dns", "203.0.113.53"],
+        args,
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -28,13 +28,16 @@ def test_lifecycle_and_context_manager(client: Berth) -> None:
 
 
 def test_runtimes_and_a_refused_runtime(client: Berth) -> None:
-    rts = client.runtimes()
-    native = next(r for r in rts if r["name"] == "native")
-    assert native["default"] and native["available"]
-    assert "memory_bytes" in native["capabilities"]["limits"]
-    assert native["capabilities"]["max"]["cpus"] >= 1
-    with client.create(runtime="native") as sb:
-        assert sb.info.raw["runtime"] == "native"
+    rts = {r["name"]: r for r in client.runtimes()}
+    default = os.environ.get("BERTH_TEST_RUNTIME", "native")
+    assert rts[default]["default"] and sum(r["default"] for r in rts.values()) == 1
+    for name in ("native", "gvisor"):
+        assert rts[name]["available"], rts[name].get("reason")
+        assert "memory_bytes" in rts[name]["capabilities"]["limits"]
+        assert rts[name]["capabilities"]["max"]["cpus"] >= 1
+        with client.create(runtime=name) as sb:
+            assert sb.info.raw["runtime"] == name
+            assert sb.exec("echo hi").stdout == "hi\n"
     with pytest.raises(InvalidArgument) as exc:
         client.create(runtime="no-such-runtime")
     assert "no-such-runtime" in exc.value.message
