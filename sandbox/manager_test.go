@@ -343,7 +343,7 @@ func TestCapabilitiesAreChecked(t *testing.T) {
 				_, err := w.m.Create(ctx, "", api.CreateSandboxRequest{Limits: api.Limits{MemoryBytes: 16 << 30}})
 				return err
 			}},
-		{"unknown runtime", `runtime: "gvisor" is not available (have [fake])`, errdefs.InvalidArgument,
+		{"unknown runtime", `runtime: "gvisor" is not one berth has (available: [fake])`, errdefs.InvalidArgument,
 			func() error { _, err := w.m.Create(ctx, "", api.CreateSandboxRequest{Runtime: "gvisor"}); return err }},
 	} {
 		err := tc.call()
