@@ -70,7 +70,7 @@ func bootPipe(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return reportFailure(status, fmt.Errorf("read bootstrap: %w", err))
 	}
-	ln, err := prepare(b, passed, log)
+	ln, relisten, err := prepare(b, passed, log)
 	closeAll(passed) // mounted by now, or not at all
 	if err != nil {
 		return reportFailure(status, err)
@@ -79,7 +79,7 @@ func bootPipe(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("report ready: %w", err)
 	}
 	status.Close()
-	return runCore(ctx, ln, b, log)
+	return runCore(ctx, ln, relisten, b, log)
 }
 
 // receiveBootstrap reads the one message on socket fd, a Bootstrap with the
@@ -185,19 +185,19 @@ func bootFile(ctx context.Context, path string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("read bootstrap %s: %w", path, err)
 	}
-	ln, err := prepare(b, nil, log)
+	ln, relisten, err := prepare(b, nil, log)
 	if err != nil {
 		return err
 	}
-	return runCore(ctx, ln, b, log)
+	return runCore(ctx, ln, relisten, b, log)
 }
 
-func runCore(ctx context.Context, ln net.Listener, b guestapi.Bootstrap, log *slog.Logger) error {
+func runCore(ctx context.Context, ln net.Listener, relisten func() (net.Listener, error), b guestapi.Bootstrap, log *slog.Logger) error {
 	log.Info("guest ready", "id", b.ID)
 	// Off the create's critical path; new threads inherit the seccomp filter
 	// and the reduced capabilities of the thread that clones them.
 	go reserveThreads(threadReserve)
-	return Run(ctx, ln, Config{Token: b.Token, Hostname: b.Hostname, FilesRoot: "/"}, log)
+	return Run(ctx, ln, Config{Token: b.Token, Hostname: b.Hostname, FilesRoot: "/", Relisten: relisten}, log)
 }
 
 func reportFailure(status *os.File, err error) error {
@@ -212,23 +212,25 @@ func reportFailure(status *os.File, err error) error {
 // mounts its layers may name), the hostname and loopback, and finally the
 // guest's own hardening. The guest expects its own mount, UTS and network
 // namespaces (the runtime made them).
-func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener, error) {
+func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener, func() (net.Listener, error), error) {
 	if b.Token == "" {
-		return nil, errors.New("bootstrap: no token")
+		return nil, nil, errors.New("bootstrap: no token")
 	}
 	t := time.Now()
 	lap := func(phase string) {
 		log.Debug("setup", "phase", phase, "took", time.Since(t))
 		t = time.Now()
 	}
-	// Bound before the pivot makes its path unreachable from inside.
-	ln, err := listen(b.Listen)
+	// Bound before the pivot (or the cover of Hide) makes its path
+	// unreachable from inside; a guest whose runtime hides it can be
+	// suspended and listen there again.
+	ln, relisten, err := listen(b.Listen, len(b.Hide) > 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	fail := func(err error) (net.Listener, error) {
+	fail := func(err error) (net.Listener, func() (net.Listener, error), error) {
 		ln.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	lap("listen")
 	if b.Root != nil {
@@ -272,7 +274,7 @@ func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener
 		}
 	}
 	lap("harden")
-	return ln, nil
+	return ln, relisten, nil
 }
 
 // ignoreSignalsFromInside makes the guest take no action on any signal a
@@ -342,25 +344,34 @@ func hide(dir string) error {
 
 // listen opens the control listener at addr ("unix:PATH"). The socket is
 // bound through a descriptor of its directory, so that a long path cannot
-// overflow sun_path, and a stale socket file is replaced.
-func listen(addr string) (net.Listener, error) {
+// overflow sun_path, and a stale socket file is replaced. With keep, it
+// also returns a function that listens there again, through a descriptor
+// of the directory kept open (the guest may hide the path meanwhile).
+func listen(addr string, keep bool) (net.Listener, func() (net.Listener, error), error) {
 	path, ok := strings.CutPrefix(addr, guestapi.ListenUnix)
 	if !ok || path == "" || !strings.HasPrefix(path, "/") {
-		return nil, fmt.Errorf("bootstrap: listen address %q: want %sABSOLUTE-PATH", addr, guestapi.ListenUnix)
+		return nil, nil, fmt.Errorf("bootstrap: listen address %q: want %sABSOLUTE-PATH", addr, guestapi.ListenUnix)
 	}
 	dir, name := path[:strings.LastIndexByte(path, '/')+1], path[strings.LastIndexByte(path, '/')+1:]
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open control dir: %w", err)
+		return nil, nil, fmt.Errorf("open control dir: %w", err)
 	}
-	defer unix.Close(fd)
-	sock := fmt.Sprintf("/proc/self/fd/%d/%s", fd, name)
-	os.Remove(sock)
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return nil, fmt.Errorf("listen on control socket: %w", err)
+	at := func() (net.Listener, error) {
+		sock := fmt.Sprintf("/proc/self/fd/%d/%s", fd, name)
+		os.Remove(sock)
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			return nil, fmt.Errorf("listen on control socket: %w", err)
+		}
+		// Go would unlink the path on Close; once pivoted it is not ours to unlink.
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+		return ln, nil
 	}
-	// Go would unlink the path on Close; once pivoted it is not ours to unlink.
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	return ln, nil
+	ln, err := at()
+	if err != nil || !keep {
+		unix.Close(fd)
+		return ln, nil, err
+	}
+	return ln, at, nil
 }

@@ -12,6 +12,8 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strconv"
 	"syscall"
 	"time"
@@ -33,8 +35,18 @@ const (
 // carry "Authorization: Bearer <token>" (401 otherwise). When ctx ends it
 // shuts the server down, giving open requests a short grace before their
 // connections are closed (an exec whose connection closes kills its process).
-func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table, fs *files.Service, log *slog.Logger) error {
+// With relisten, it can be suspended (guestapi.PathSuspend): it closes l
+// and every connection, and serves again on relisten's listener once
+// guestapi.RelistenSignal arrives.
+func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table, fs *files.Service, relisten func() (net.Listener, error), log *slog.Logger) error {
 	s := &server{auth: []byte("Bearer " + token), token: token, table: table, log: log}
+	var wake chan os.Signal
+	if relisten != nil {
+		s.suspend = make(chan struct{}, 1)
+		wake = make(chan os.Signal, 1)
+		signal.Notify(wake, syscall.Signal(guestapi.RelistenSignal))
+		defer signal.Stop(wake)
+	}
 	mux := http.NewServeMux()
 	route := func(pattern string, h handler) { mux.Handle(pattern, s.wrap(h)) }
 	route("GET "+guestapi.PathHello, s.hello)
@@ -51,27 +63,60 @@ func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table,
 	route("GET "+guestapi.PathEcho, s.echo)
 	route("GET "+guestapi.PathDial, s.dial)
 	route("GET "+guestapi.PathPorts, s.ports)
+	route("POST "+guestapi.PathSuspend, s.suspendServing)
 	routeFiles(route, fs)
 	route("/", s.noRoute)
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	for {
+		srv := &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(l) }()
+		select {
+		case err := <-served:
+			return fmt.Errorf("serve guest protocol: %w", err)
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+			defer cancel()
+			if err := srv.Shutdown(sctx); err != nil {
+				srv.Close() // streams still open: cut them
+			}
+			<-served // http.ErrServerClosed
+			s.streams.closeAll()
+			return nil
+		case <-s.suspend:
+		}
+		// Suspended: nothing of the host's stays open in here.
+		srv.Close()
+		<-served
+		s.streams.closeAll()
+		log.Info("guest suspended; waiting for the signal to listen again")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		}
+		var err error
+		if l, err = relisten(); err != nil {
+			return fmt.Errorf("listen again: %w", err)
+		}
+		log.Info("guest listening again")
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
+}
+
+// suspendServing answers, then has Serve close everything (see Serve).
+func (s *server) suspendServing(w http.ResponseWriter, r *http.Request) error {
+	if s.suspend == nil {
+		return errdefs.New(errdefs.NotImplemented, "this guest was not booted to be suspended")
+	}
+	w.WriteHeader(http.StatusNoContent)
+	http.NewResponseController(w).Flush()
 	select {
-	case err := <-served:
-		return fmt.Errorf("serve guest protocol: %w", err)
-	case <-ctx.Done():
+	case s.suspend <- struct{}{}:
+	default:
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close() // streams still open: cut them
-	}
-	<-served // http.ErrServerClosed
-	s.streams.closeAll()
 	return nil
 }
 
@@ -81,6 +126,8 @@ type server struct {
 	table   *proc.Table
 	log     *slog.Logger
 	streams streams // two-way streams, which net/http no longer tracks
+	// suspend asks Serve to suspend (nil: this guest cannot be).
+	suspend chan struct{}
 }
 
 // handler serves one route; a returned error becomes the response, unless
@@ -169,7 +216,7 @@ func (s *server) hello(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, guestapi.HelloResponse{
 		Protocol:    guestapi.Protocol,
 		MinProtocol: guestapi.MinProtocol,
-		Features:    []string{"exec", "processes", "files", guestapi.FeatureStream, guestapi.FeaturePorts, guestapi.FeatureTerminals, guestapi.FeatureApply},
+		Features:    s.features(),
 		Proof:       guestapi.Proof(s.token, nonce),
 	})
 }
@@ -360,4 +407,12 @@ func (s *server) signal(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+func (s *server) features() []string {
+	f := []string{"exec", "processes", "files", guestapi.FeatureStream, guestapi.FeaturePorts, guestapi.FeatureTerminals, guestapi.FeatureApply}
+	if s.suspend != nil {
+		f = append(f, guestapi.FeatureSuspend)
+	}
+	return f
 }

@@ -299,3 +299,12 @@ func truncate(s string, n int) string {
 	}
 	return s
 }
+
+// Suspend asks the guest to close its listener and every connection until
+// its runtime signals it to listen again (guestapi.PathSuspend), and drops
+// this client's idle connections.
+func (c *Client) Suspend(ctx context.Context) error {
+	err := c.do(ctx, http.MethodPost, guestapi.PathSuspend, nil, nil, nil)
+	c.Close()
+	return err
+}

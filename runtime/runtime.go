@@ -191,8 +191,7 @@ type Capabilities struct {
 	Pause bool
 	// Snapshot: the runtime implements Capturer.
 	Snapshot bool
-	// MemoryCheckpoint: the runtime can save and restore a sandbox's
-	// processes with their memory.
+	// MemoryCheckpoint: the runtime implements Checkpointer.
 	MemoryCheckpoint bool
 	// IDMappedLayers: the runtime mounts layers through a sandbox's user
 	// mapping (RootFS.IDMapped), so sandboxes with different ranges share
@@ -299,6 +298,24 @@ type Archiver interface {
 	// a disk of spec's limit) and calls fill with its directory; on error
 	// the layer is cleared again.
 	RenewLayer(ctx context.Context, spec Spec, fill func(dir string) error) error
+}
+
+// Checkpointer is a runtime that can save a running sandbox whole (its
+// processes with their memory, open files and connections inside), free its
+// CPU and memory, and bring the same processes back, at the same point.
+// The guest is suspended (guestclient.Suspend) before Checkpoint: it holds
+// no connection to the host while it is saved.
+type Checkpointer interface {
+	// Checkpoint saves sandbox id and ends its processes; its files stay.
+	// It returns the sandbox's runtime state from then on (what Restore,
+	// Stop and Delete take). On error the sandbox runs on as it was.
+	Checkpoint(ctx context.Context, id string, state json.RawMessage) (json.RawMessage, error)
+	// Restore brings back the checkpointed sandbox of spec whose runtime
+	// state Checkpoint returned. On error it stays checkpointed.
+	Restore(ctx context.Context, spec Spec, state json.RawMessage) (*Instance, error)
+	// Checkpointed says whether state is that of a checkpointed sandbox
+	// (nothing of it runs; Attach has nothing to attach to).
+	Checkpointed(state json.RawMessage) bool
 }
 
 // Updater is a runtime that can change a running sandbox's limits.

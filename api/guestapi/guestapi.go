@@ -123,6 +123,22 @@ const (
 	PathProcessAttachSuffix = "/attach"
 )
 
+// Suspending, for a runtime that saves a sandbox whole (gVisor's checkpoint
+// cannot save a socket bound on the host): POST PathSuspend answers 204,
+// then the guest closes its listener and every connection and stream, and
+// serves nothing until it receives RelistenSignal from outside (runsc kill)
+// and listens again where it did. A guest that was not booted to be
+// suspended (native's) answers "not_implemented". The guest announces
+// FeatureSuspend in hello when it can.
+const (
+	FeatureSuspend = "suspend"
+	PathSuspend    = "/guest/v1/suspend"
+	// RelistenSignal is SIGUSR2. A process inside may send it too; at worst
+	// the guest listens again early and the runtime's checkpoint fails,
+	// leaving that sandbox running.
+	RelistenSignal = 12
+)
+
 // Frames of an attachment: a 5-byte head, the type and the payload's
 // length as a big-endian uint32 (at most MaxFrame), then the payload.
 const (

@@ -150,7 +150,7 @@ func become(uid, gid uint32, groups []uint32) error {
 // should. The group goes first: once the uid is not 0, it could not.
 func becomeEffective(uid, gid uint32) error {
 	const keep = ^uintptr(0) // -1: leave this id as it is
-	if uid == 0 { // back to root: the uid first, for the right to set the gid
+	if uid == 0 {            // back to root: the uid first, for the right to set the gid
 		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
 			return fmt.Errorf("set effective uid 0: %w", e)
 		}

@@ -95,6 +95,9 @@ type persisted struct {
 	Token     string `json:"token"`
 	Owner     uint32 `json:"owner"`
 	OpenFiles int64  `json:"open_files,omitempty"`
+	// Checkpoint names the image, in the sandbox's directory, of a
+	// checkpointed sandbox ("" while it runs or is stopped).
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
 // Factory returns a runtime.Factory for the gvisor runtime with opts.
@@ -224,7 +227,7 @@ func (r *Runtime) capabilities() runtime.Capabilities {
 	} else {
 		c.Pause = true
 	}
-	c.Missing["memory_checkpoint"] = "not yet: runsc checkpoint and restore are not wired into berth"
+	c.MemoryCheckpoint = true
 	return c
 }
 
@@ -242,6 +245,7 @@ var (
 	_ runtime.Pauser        = (*Runtime)(nil)
 	_ runtime.Capturer      = (*Runtime)(nil)
 	_ runtime.Archiver      = (*Runtime)(nil)
+	_ runtime.Checkpointer  = (*Runtime)(nil)
 )
 
 func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.cfg.StateDir, "sandboxes", id) }
@@ -365,7 +369,13 @@ func (r *Runtime) run(ctx context.Context, id string, args ...string) error {
 // boot writes the bundle, mounts the root, makes the cgroup and starts the
 // sandbox on its existing directory. On error it leaves no mount, cgroup,
 // runsc state or process behind.
-func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Instance, err error) {
+func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (*runtime.Instance, error) {
+	return r.bootFrom(ctx, spec, "", "")
+}
+
+// bootFrom boots the sandbox of spec fresh, or, with image, restores it
+// from that checkpoint, whose guest holds token.
+func (r *Runtime) bootFrom(ctx context.Context, spec runtime.Spec, image, token string) (_ *runtime.Instance, err error) {
 	t0 := time.Now()
 	dir := r.sandboxDir(spec.ID)
 	defer func() {
@@ -390,22 +400,29 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if fi, err := os.Lstat(filepath.Join(rootfs, "tmp")); err == nil && fi.IsDir() {
 		tmp = &runtime.Mount{Source: filepath.Join(rootfs, "tmp"), Target: "/tmp"}
 	}
-	token, err := randomToken()
-	if err != nil {
-		return nil, err
-	}
 	ctl := filepath.Join(dir, "ctl")
 	os.Remove(filepath.Join(ctl, controlSocket))
-	b := guestapi.Bootstrap{
-		ID:       spec.ID,
-		Hostname: spec.Hostname,
-		Token:    token,
-		Listen:   guestapi.ListenUnix + ctlDir + "/" + controlSocket,
-		Seccomp:  true,
-		Hide:     []string{ctlDir},
-	}
-	if err := writeJSON(filepath.Join(ctl, bootstrapFile), b, root, root); err != nil {
-		return nil, err
+	if image != "" {
+		// The restored kernel looks up the socket file it had bound (the
+		// guest binds a new one when woken).
+		if err := socketFile(filepath.Join(ctl, controlSocket), root); err != nil {
+			return nil, err
+		}
+	} else { // a restored guest has its bootstrap in memory
+		if token, err = randomToken(); err != nil {
+			return nil, err
+		}
+		b := guestapi.Bootstrap{
+			ID:       spec.ID,
+			Hostname: spec.Hostname,
+			Token:    token,
+			Listen:   guestapi.ListenUnix + ctlDir + "/" + controlSocket,
+			Seccomp:  true,
+			Hide:     []string{ctlDir},
+		}
+		if err := writeJSON(filepath.Join(ctl, bootstrapFile), b, root, root); err != nil {
+			return nil, err
+		}
 	}
 	oci := bundleSpec(spec, rootfs, tmp, ctl, filepath.Join(r.cfg.StateDir, "bin"), r.guest, guestEnv())
 	if err := writeJSON(filepath.Join(dir, "config.json"), oci, 0, 0); err != nil {
@@ -431,17 +448,21 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if err != nil {
 		return nil, fmt.Errorf("runsc log: %w", err)
 	}
-	create := exec.CommandContext(ctx, r.runsc, append(r.flags(spec.ID), "create", "--bundle="+dir, "--pid-file="+pidFile, spec.ID)...)
+	args := []string{"create", "--bundle=" + dir, "--pid-file=" + pidFile, spec.ID}
+	if image != "" {
+		args = []string{"restore", "--detach", "--image-path=" + image, "--bundle=" + dir, "--pid-file=" + pidFile, spec.ID}
+	}
+	create := exec.CommandContext(ctx, r.runsc, append(r.flags(spec.ID), args...)...)
 	create.Env = []string{}
 	create.Stdout, create.Stderr = logf, logf
 	create.SysProcAttr = &unix.SysProcAttr{Setsid: true} // not in the daemon's session: the sandbox survives it
 	err = cg.Start(create, nil)
 	logf.Close()
 	if err != nil {
-		return nil, fmt.Errorf("runsc create: %w", err)
+		return nil, fmt.Errorf("runsc %s: %w", args[0], err)
 	}
 	if err := create.Wait(); err != nil {
-		return nil, fmt.Errorf("runsc create: %w: %s", err, tailFile(logPath))
+		return nil, fmt.Errorf("runsc %s: %w: %s", args[0], err, tailFile(logPath))
 	}
 	tCreate := time.Now()
 	pid, err := readPid(pidFile)
@@ -459,7 +480,12 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if !ok {
 		return nil, fmt.Errorf("runsc sandbox %d exited before its start", pid)
 	}
-	if err := r.run(ctx, spec.ID, "start", spec.ID); err != nil {
+	if image == "" {
+		err = r.run(ctx, spec.ID, "start", spec.ID)
+	} else {
+		err = r.wake(ctx, spec.ID)
+	}
+	if err != nil {
 		return nil, err
 	}
 	tStart := time.Now()
@@ -475,6 +501,103 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 		return nil, err
 	}
 	return &runtime.Instance{State: st, Dial: dial, Token: token, Exited: exited}, nil
+}
+
+// wake tells a suspended guest to listen again (guestapi.RelistenSignal).
+func (r *Runtime) wake(ctx context.Context, id string) error {
+	return r.run(ctx, id, "kill", id, strconv.Itoa(guestapi.RelistenSignal))
+}
+
+// socketFile leaves a unix socket file at path, owned by uid, with nothing
+// listening on it.
+func socketFile(path string, uid int) error {
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("control socket file: %w", err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if err := os.Chown(path, uid, uid); err != nil {
+		return fmt.Errorf("control socket file: %w", err)
+	}
+	return nil
+}
+
+// checkpointDir is where a sandbox's checkpoint image is kept.
+const checkpointDir = "checkpoint"
+
+// Checkpoint implements runtime.Checkpointer with runsc checkpoint: the
+// sandbox's kernel, processes and memory go to an image in its directory,
+// and the sandbox ends. Its guest was suspended: on failure it is woken,
+// and runs on as it was.
+func (r *Runtime) Checkpoint(ctx context.Context, id string, state json.RawMessage) (json.RawMessage, error) {
+	var st persisted
+	if err := json.Unmarshal(state, &st); err != nil {
+		return nil, fmt.Errorf("sandbox %s: bad runtime state: %w", id, err)
+	}
+	img := filepath.Join(r.sandboxDir(id), checkpointDir)
+	if err := os.RemoveAll(img); err != nil {
+		return nil, fmt.Errorf("sandbox %s: clear the checkpoint: %w", id, err)
+	}
+	if err := os.Mkdir(img, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox %s: checkpoint: %w", id, err)
+	}
+	if err := r.run(ctx, id, "checkpoint", "--image-path="+img, id); err != nil {
+		os.RemoveAll(img)
+		if werr := r.wake(context.WithoutCancel(ctx), id); werr != nil {
+			return nil, fmt.Errorf("sandbox %s: %w (and its guest was not woken: %v)", id, err, werr)
+		}
+		if rerr := waitReady(context.WithoutCancel(ctx), r.dialer(id, st.Owner), nil); rerr != nil {
+			return nil, fmt.Errorf("sandbox %s: %w (and its guest did not listen again: %v)", id, err, rerr)
+		}
+		return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s: checkpoint failed; it runs on", id)
+	}
+	// Saved: the sandbox ends on its own; what is left of it goes.
+	if err := hostproc.WaitExit(st.Pid, st.StartTime, 10*time.Second); err != nil {
+		r.log.Warn("checkpointed sandbox did not exit; killing it", "sandbox", id, "err", err)
+	}
+	if err := r.teardown(ctx, id); err != nil {
+		r.log.Error("checkpointed sandbox: tear down", "sandbox", id, "err", err)
+	}
+	st.Checkpoint = checkpointDir
+	return json.Marshal(st)
+}
+
+// Restore implements runtime.Checkpointer with runsc restore; the image
+// goes once the sandbox runs again.
+func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, state json.RawMessage) (*runtime.Instance, error) {
+	var st persisted
+	if err := json.Unmarshal(state, &st); err != nil {
+		return nil, fmt.Errorf("sandbox %s: bad runtime state: %w", spec.ID, err)
+	}
+	if st.Checkpoint == "" {
+		return nil, errdefs.New(errdefs.Conflict, "sandbox %s has no checkpoint to restore", spec.ID)
+	}
+	if err := r.checkSpec(spec); err != nil {
+		return nil, err
+	}
+	dir := r.sandboxDir(spec.ID)
+	if _, err := layer.Ready(spec.ID, dir); err != nil {
+		return nil, err
+	}
+	if err := r.teardown(ctx, spec.ID); err != nil {
+		return nil, err
+	}
+	img := filepath.Join(dir, st.Checkpoint)
+	inst, err := r.bootFrom(ctx, spec, img, st.Token)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(img); err != nil {
+		r.log.Warn("restored sandbox: remove its checkpoint", "sandbox", spec.ID, "err", err)
+	}
+	return inst, nil
+}
+
+// Checkpointed implements runtime.Checkpointer.
+func (r *Runtime) Checkpointed(state json.RawMessage) bool {
+	var st persisted
+	return json.Unmarshal(state, &st) == nil && st.Checkpoint != ""
 }
 
 // mountRoot mounts the sandbox's root at dir on the host: layers, topmost
@@ -530,7 +653,7 @@ func waitReady(ctx context.Context, dial func(context.Context) (net.Conn, error)
 			return nil
 		}
 		select {
-		case <-exited:
+		case <-exited: // never, when nil
 			return errors.New("the sandbox exited during set-up")
 		case <-ctx.Done():
 			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
@@ -592,6 +715,9 @@ func (r *Runtime) Attach(ctx context.Context, id string, state json.RawMessage) 
 	if err := json.Unmarshal(state, &st); err != nil {
 		return nil, fmt.Errorf("sandbox %s: bad runtime state: %w", id, err)
 	}
+	if st.Checkpoint != "" {
+		return nil, errdefs.New(errdefs.Conflict, "sandbox %s is checkpointed: restore it", id)
+	}
 	exited, ok, err := r.watcher.Watch(st.Pid, st.StartTime)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
@@ -607,7 +733,13 @@ func (r *Runtime) Attach(ctx context.Context, id string, state json.RawMessage) 
 // runsc state, root mount and cgroup go; its files stay for Start.
 // Stopping what is stopped is not an error.
 func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) error {
-	return r.teardown(ctx, id)
+	if err := r.teardown(ctx, id); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(filepath.Join(r.sandboxDir(id), checkpointDir)); err != nil {
+		return fmt.Errorf("sandbox %s: discard its checkpoint: %w", id, err)
+	}
+	return nil
 }
 
 // teardown ends sandbox id's gVisor sandbox, whatever is left of it: runsc's

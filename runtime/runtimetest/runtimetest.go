@@ -66,6 +66,77 @@ func Run(t *testing.T, h Harness) {
 	if _, ok := h.Runtime.(runtime.Capturer); ok && h.Runtime.Capabilities().Snapshot {
 		t.Run("CaptureWhileRunning", func(t *testing.T) { testCapture(t, h) })
 	}
+	if _, ok := h.Runtime.(runtime.Checkpointer); ok && h.Runtime.Capabilities().MemoryCheckpoint {
+		t.Run("CheckpointRestore", func(t *testing.T) { testCheckpoint(t, h) })
+	}
+}
+
+// testCheckpoint saves a sandbox whole and brings it back: a loop that
+// counts goes on from where it stopped, with the same pid; a file and a
+// listening TCP socket are still there.
+func testCheckpoint(t *testing.T, h Harness) {
+	cp := h.Runtime.(runtime.Checkpointer)
+	sb := Create(t, h, runtime.Spec{})
+	ctx := t.Context()
+	loop, err := sb.Guest.Start(ctx, guestapi.ProcessSpec{Args: []string{"/bin/sh", "-c",
+		"i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.02; done"}, User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := sb.Guest.Start(ctx, guestapi.ProcessSpec{Args: []string{"python3", "-c",
+		"import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 7123)); s.listen(); open('/tmp/ready','w').close(); time.sleep(1e6)"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Sh(t, sb, "echo before > /root/f; for i in $(seq 100); do [ -e /tmp/ready ] && [ -s /tmp/count ] && exit 0; sleep 0.05; done; exit 1")
+	if err := sb.Guest.Suspend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	state, err := cp.Checkpoint(ctx, sb.ID, sb.Inst.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Inst.State = state // the cleanup deletes what is there now
+	if !cp.Checkpointed(state) {
+		t.Fatal("the state after a checkpoint does not say so")
+	}
+	select {
+	case <-sb.Inst.Exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sandbox still runs after its checkpoint")
+	}
+	if _, err := h.Runtime.Attach(ctx, sb.ID, state); err == nil {
+		t.Fatal("attached to a checkpointed sandbox")
+	}
+	inst, err := cp.Restore(ctx, sb.Spec, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Inst.State = inst.State
+	again := &Sandbox{ID: sb.ID, Spec: sb.Spec, Inst: inst, Guest: guestclient.New(sb.ID, inst.Token, inst.Dial)}
+	defer again.Guest.Close()
+	first := Sh(t, again, "cat /tmp/count")
+	for _, p := range []int{loop.Pid, server.Pid} {
+		if info, err := again.Guest.Get(ctx, p); err != nil || !info.Running {
+			t.Fatalf("process %d after restore: %+v %v", p, info, err)
+		}
+	}
+	got := Sh(t, again, "sleep 0.3; cat /tmp/count /root/f; python3 -c \"import socket; socket.create_connection(('127.0.0.1', 7123), 2); print('connected')\"")
+	lines := strings.Fields(got)
+	if len(lines) != 3 || lines[1] != "before" || lines[2] != "connected" || atoi(lines[0]) <= atoi(first) || atoi(first) < 1 {
+		t.Fatalf("after restore: count %s then %q", first, got)
+	}
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }
 
 // Spec completes spec from h.Base: a new id and host name unless it has
