@@ -113,6 +113,7 @@ var schemaTypes = map[string]reflect.Type{
 	"Change":                reflect.TypeFor[Change](),
 	"DiffResponse":          reflect.TypeFor[DiffResponse](),
 	"ApplyRequest":          reflect.TypeFor[ApplyRequest](),
+	"PauseRequest":          reflect.TypeFor[PauseRequest](),
 	"ApplyResult":           reflect.TypeFor[ApplyResult](),
 }
 

@@ -124,11 +124,23 @@ type Sandbox struct {
 	// Archived says a stopped sandbox's files are in a compressed archive
 	// (archive_after_s) until start restores them.
 	Archived bool `json:"archived,omitempty"`
+	// Checkpointed says a paused sandbox's processes are saved with their
+	// memory (pause with memory): it holds no CPU or memory until resume
+	// restores them. Reported by a sandbox's GET, pause and resume.
+	Checkpointed bool `json:"checkpointed,omitempty"`
 	// StoppedAt is when the sandbox last stopped, while it is stopped.
 	StoppedAt *time.Time `json:"stopped_at,omitempty"`
 	// Error says why a sandbox is in the error state, or why it stopped
 	// when berth stopped it (a timeout, an init that died, a host restart).
 	Error string `json:"error,omitempty"`
+}
+
+// PauseRequest is the (optional) body of POST /v1/sandboxes/{id}/pause.
+type PauseRequest struct {
+	// Memory saves the processes with their memory and frees the
+	// sandbox's CPU and memory (a runtime with memory_checkpoint), instead
+	// of freezing them in place.
+	Memory bool `json:"memory,omitempty"`
 }
 
 // UpdateSandboxRequest is the body of PATCH /v1/sandboxes/{id}. Labels is a

@@ -252,17 +252,28 @@ func applyCommand(connect connector) *cobra.Command {
 }
 
 func pauseCommand(connect connector) *cobra.Command {
-	return &cobra.Command{
+	var memory bool
+	cmd := &cobra.Command{
 		Use:   "pause ID...",
 		Short: "Freeze sandboxes' processes (memory kept, no CPU) until resume",
-		Args:  cobra.MinimumNArgs(1),
+		Long: "Freeze sandboxes' processes (memory kept, no CPU) until resume. With --memory the\n" +
+			"runtime saves them with their memory and frees the sandbox's CPU and memory\n" +
+			"(runtimes with memory_checkpoint: gvisor); resume brings them back where they were.",
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eachSandbox(cmd, connect, args, func(c *client.Client, id string) (bool, error) {
-				_, err := c.Pause(cmd.Context(), id)
+				var err error
+				if memory {
+					_, err = c.PauseMemory(cmd.Context(), id)
+				} else {
+					_, err = c.Pause(cmd.Context(), id)
+				}
 				return err == nil, err
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&memory, "memory", false, "save the processes with their memory and free the sandbox's CPU and memory")
+	return cmd
 }
 
 func resumeCommand(connect connector) *cobra.Command {

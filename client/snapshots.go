@@ -102,6 +102,15 @@ func (c *Client) Pause(ctx context.Context, id string) (api.Sandbox, error) {
 	return sb, err
 }
 
+// PauseMemory saves a running sandbox's processes with their memory and
+// frees its CPU and memory (a runtime with memory_checkpoint); Resume
+// brings them back where they were.
+func (c *Client) PauseMemory(ctx context.Context, id string) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPost, sbPath(id, "pause"), nil, api.PauseRequest{Memory: true}, &sb)
+	return sb, err
+}
+
 // Resume thaws a paused sandbox.
 func (c *Client) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 	var sb api.Sandbox

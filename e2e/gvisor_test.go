@@ -125,11 +125,7 @@ func readCount(t *testing.T, d *daemon, id string) int {
 	if err != nil || r.ExitCode != 0 {
 		t.Fatalf("read count: %+v %v", r, err)
 	}
-	var n int
-	for _, c := range strings.TrimSpace(string(r.Stdout)) {
-		n = n*10 + int(c-'0')
-	}
-	return n
+	return atoiOr(strings.TrimSpace(string(r.Stdout)))
 }
 
 // TestRuntimeChoice covers how a runtime is named: the list with
@@ -181,4 +177,110 @@ func TestRuntimeChoice(t *testing.T) {
 	if _, err := os.Stat(d2.state + "/runtimes/gvisor/sandboxes"); err == nil {
 		t.Fatal("an unavailable runtime made its state directory")
 	}
+}
+
+// TestPauseWithMemory saves a gvisor sandbox whole and brings it back: a
+// counting loop resumes where it stopped with its pid, a file and a TCP
+// listener are there, and a daemon killed with -9 while the sandbox is
+// saved restores it after its restart. A runtime without checkpoints
+// refuses, and nothing of a saved sandbox runs.
+func TestPauseWithMemory(t *testing.T) {
+	d := startGvisorDaemon(t)
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "gvisor"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.02; done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "-m", "http.server", "--bind", "127.0.0.1", "8123"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "echo kept > /home/user/f; for i in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:8123/ && exit 0; sleep 0.05; done; exit 1"}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("prepare: %+v %v", r, err)
+	}
+	paused, err := d.client.PauseMemory(ctx, sb.ID)
+	if err != nil || paused.State != api.StatePaused || !paused.Checkpointed {
+		t.Fatalf("pause with memory: %+v %v", paused, err)
+	}
+	if tr := d.tracesRunning(sb.ID); len(tr) != 0 {
+		t.Fatalf("still running after a checkpoint: %v", tr)
+	}
+	if _, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "paused") {
+		t.Fatalf("exec while checkpointed: %v", err)
+	}
+	before := readCountFile(t, d, sb.ID)
+
+	d.kill9()
+	d.start()
+	got, err := d.client.GetSandbox(ctx, sb.ID)
+	if err != nil || got.State != api.StatePaused || !got.Checkpointed {
+		t.Fatalf("after a daemon restart: %+v %v", got, err)
+	}
+	resumed, err := d.client.Resume(ctx, sb.ID)
+	if err != nil || resumed.State != api.StateRunning || resumed.Checkpointed {
+		t.Fatalf("resume: %+v %v", resumed, err)
+	}
+	if p, err := d.client.GetProcess(ctx, sb.ID, loop.Pid); err != nil || !p.Running {
+		t.Fatalf("the loop after resume (pid %d): %+v %v", loop.Pid, p, err)
+	}
+	r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "cat /tmp/count; sleep 0.3; cat /tmp/count /home/user/f; curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8123/"})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("after resume: %+v %v", r, err)
+	}
+	f := strings.Fields(string(r.Stdout))
+	if len(f) != 4 || atoiOr(f[0]) < before || atoiOr(f[1]) <= atoiOr(f[0]) || f[2] != "kept" || f[3] != "200" {
+		t.Fatalf("after resume (count %d when saved): %q", before, r.Stdout)
+	}
+
+	// Stop discards a checkpoint; delete leaves nothing.
+	if _, err := d.client.PauseMemory(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.client.StopSandbox(ctx, sb.ID); err != nil || st.State != api.StateStopped {
+		t.Fatalf("stop a checkpointed sandbox: %+v %v", st, err)
+	}
+	if _, err := d.client.PauseMemory(ctx, sb.ID); !errdefs.IsConflict(err) {
+		t.Fatalf("pause with memory of a stopped sandbox: %v", err)
+	}
+	if err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if tr := d.traces(sb.ID); len(tr) != 0 {
+		t.Fatalf("traces after delete: %v", tr)
+	}
+
+	nsb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "native"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.client.PauseMemory(ctx, nsb.ID)
+	if !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "native") || !strings.Contains(err.Error(), "memory") {
+		t.Fatalf("pause with memory on native: %v", err)
+	}
+	if got, err := d.client.GetSandbox(ctx, nsb.ID); err != nil || got.State != api.StateRunning {
+		t.Fatalf("native sandbox after a refused pause: %+v %v", got, err)
+	}
+}
+
+func readCountFile(t *testing.T, d *daemon, id string) int {
+	t.Helper()
+	b, err := os.ReadFile(d.state + "/runtimes/gvisor/sandboxes/" + id + "/upper/tmp/count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return atoiOr(strings.TrimSpace(string(b)))
+}
+
+func atoiOr(s string) int {
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }

@@ -221,8 +221,11 @@ func (m *Manager) Start(ctx context.Context) error {
 			}
 		case api.StatePaused:
 			// Its guest is frozen: the connection waits for resume. Only
-			// whether its init lives is checked now.
-			if t, err := m.tier(rec.Runtime); err != nil {
+			// whether its init lives is checked now. One paused with its
+			// memory has nothing running: its checkpoint waits for resume.
+			if m.checkpointed(rec) {
+				m.log.Info("checkpointed sandbox waits for resume", "sandbox", rec.ID)
+			} else if t, err := m.tier(rec.Runtime); err != nil {
 				m.log.Warn("paused sandbox's runtime is unavailable", "sandbox", rec.ID, "err", err)
 			} else if _, err := t.rt.Attach(ctx, rec.ID, rec.RuntimeState); err != nil {
 				m.log.Warn("paused sandbox's init is gone; marking it stopped", "sandbox", rec.ID, "err", err)
@@ -565,7 +568,9 @@ func (m *Manager) Get(ctx context.Context, tenant, id string) (api.Sandbox, erro
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	return recordToAPI(rec)
+	sb, err := recordToAPI(rec)
+	sb.Checkpointed = rec.State == api.StatePaused && m.checkpointed(rec)
+	return sb, err
 }
 
 func (m *Manager) record(ctx context.Context, tenant, id string) (store.Sandbox, error) {

@@ -25,7 +25,7 @@ type Snapshots interface {
 	Diff(ctx context.Context, tenant, id, against, format string, out func() io.Writer) (api.DiffResponse, error)
 	Apply(ctx context.Context, tenant, id string, req api.ApplyRequest) (api.ApplyResult, error)
 	ApplyTar(ctx context.Context, tenant, id string, tarStream io.Reader, size int64) (api.ApplyResult, error)
-	Pause(ctx context.Context, tenant, id string) (api.Sandbox, error)
+	Pause(ctx context.Context, tenant, id string, memory bool) (api.Sandbox, error)
 	Resume(ctx context.Context, tenant, id string) (api.Sandbox, error)
 }
 
@@ -138,7 +138,13 @@ func (a *apiGroup) apply(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *apiGroup) pause(w http.ResponseWriter, r *http.Request) error {
-	sb, err := a.m.Pause(r.Context(), Tenant(r), r.PathValue("id"))
+	var req api.PauseRequest
+	if r.ContentLength != 0 {
+		if err := decode(w, r, &req, smallBody); err != nil {
+			return err
+		}
+	}
+	sb, err := a.m.Pause(r.Context(), Tenant(r), r.PathValue("id"), req.Memory)
 	if err != nil {
 		return err
 	}

@@ -865,7 +865,7 @@ func (g *Group) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
 	if sb.State != api.StateRunning {
 		return errdefs.New(errdefs.Conflict, "sandbox %s is %s: only a running sandbox can be paused", id, e2bState(sb.State))
 	}
-	pause := g.m.Pause
+	pause := func(ctx context.Context, tenant, id string) (api.Sandbox, error) { return g.m.Pause(ctx, tenant, id, false) }
 	if body.Memory != nil && !*body.Memory {
 		// A filesystem-only pause (mode="filesystem"): berth's stop, which
 		// keeps the files and ends the processes; connect starts it again.

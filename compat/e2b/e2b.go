@@ -80,7 +80,7 @@ type Manager interface {
 	Update(ctx context.Context, tenant, id string, req api.UpdateSandboxRequest) (api.Sandbox, error)
 	StartSandbox(ctx context.Context, tenant, id string) (api.Sandbox, error)
 	Stop(ctx context.Context, tenant, id string) (api.Sandbox, error)
-	Pause(ctx context.Context, tenant, id string) (api.Sandbox, error)
+	Pause(ctx context.Context, tenant, id string, memory bool) (api.Sandbox, error)
 	Resume(ctx context.Context, tenant, id string) (api.Sandbox, error)
 	Stats(ctx context.Context, tenant, id string) (api.Usage, error)
 

@@ -23,6 +23,7 @@ from berth import (
     Conflict,
     InvalidArgument,
     NotFound,
+    NotImplementedByRuntime,
     Sandbox,
     Snapshot,
 )
@@ -256,6 +257,35 @@ def test_pause_and_resume(client: Berth) -> None:
         with pytest.raises(Conflict) as exc:
             sb.pause()
         assert "stopped" in exc.value.message
+
+
+def test_pause_with_memory(client: Berth) -> None:
+    with client.create(runtime="gvisor") as sb:
+        pid = sb.start_process(["sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done"])
+        sb.exec("sleep 0.3")
+        info = sb.pause(memory=True)
+        assert info.state == "paused" and info.raw["checkpointed"]
+        with pytest.raises(Conflict):
+            sb.exec("echo hi")
+        assert not sb.resume().raw.get("checkpointed")
+        assert sb.get_process(pid).running
+        first = int(sb.exec("cat /tmp/n").stdout)
+        assert first >= 1 and int(sb.exec("sleep 0.3; cat /tmp/n").stdout) > first
+    with client.create(runtime="native") as sb, pytest.raises(NotImplementedByRuntime) as exc:
+        sb.pause(memory=True)
+    assert "memory" in exc.value.message
+
+
+async def _pause_memory_async(url: str) -> None:
+    async with AsyncBerth(url) as c, await c.create(runtime="gvisor") as sb:
+        await sb.upload("/tmp/f", b"kept")
+        assert (await sb.pause(memory=True)).raw["checkpointed"]
+        assert (await sb.resume()).state == "running"
+        assert await sb.download("/tmp/f") == b"kept"
+
+
+def test_pause_with_memory_async(berth_url: str) -> None:
+    asyncio.run(_pause_memory_async(berth_url))
 
 
 def test_a_snapshot_in_use_is_not_deleted(client: Berth) -> None:
