@@ -112,7 +112,14 @@ func bundleSpec(spec runtime.Spec, rootfs string, tmp *runtime.Mount, ctl, bin, 
 		Capabilities: caps,
 	}
 	if n := spec.Limits.OpenFiles; n > 0 {
-		p.Rlimits = []ociRlimit{{Type: "RLIMIT_NOFILE", Hard: uint64(n), Soft: uint64(n)}}
+		p.Rlimits = append(p.Rlimits, ociRlimit{Type: "RLIMIT_NOFILE", Hard: uint64(n), Soft: uint64(n)})
+	}
+	// gVisor's kernel counts tasks per user against RLIMIT_NPROC, for root
+	// too once the guest has dropped its capabilities: the pids limit,
+	// inside, where a fork refused is EAGAIN and not the host refusing
+	// gVisor a thread (which would end the whole sandbox).
+	if n := spec.Limits.Pids; n > 0 {
+		p.Rlimits = append(p.Rlimits, ociRlimit{Type: "RLIMIT_NPROC", Hard: uint64(n), Soft: uint64(n)})
 	}
 	mounts := []ociMount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
