@@ -82,7 +82,7 @@ test-e2b: build test-deps $(E2B_TEST)/.venv/.installed $(E2B_TEST)/node/node_mod
 bench-deps:
 	./scripts/bench-deps.sh
 
-bench: build bench-deps $(E2B_TEST)/.venv/.installed
+bench: build bench-deps runsc $(E2B_TEST)/.venv/.installed
 	$(GO) run ./bench -berth $(BIN) -readme README.md $(BENCHFLAGS)
 
 # The Go benchmarks of the e2e package (one metric at a time, no peers).

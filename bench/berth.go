@@ -228,6 +228,8 @@ func apiSubject(name string, d *daemon, full bool) subject {
 		return &running{
 			exec: func(ctx context.Context) error { return d.execTrue(ctx, sb.ID) },
 			stop: func() { d.remove(sb.ID) },
+			d:    d,
+			id:   sb.ID,
 		}, nil
 	}
 	return subject{

@@ -44,6 +44,7 @@ func main() {
 	flag.DurationVar(&cfg.window, "window", 3*time.Second, "how long each exec throughput level runs")
 	flag.Int64Var(&cfg.bigBytes, "big", 1<<30, "size of the large transfer in bytes (0: skip it)")
 	flag.IntVar(&cfg.smallFiles, "small-files", 1000, "files in the many-small-files transfer")
+	flag.StringVar(&cfg.runsc, "runsc", defaultRunsc(), "runsc for the gvisor runtime and the runsc peer (make runsc links the pinned one at bin/runsc)")
 	flag.BoolVar(&cfg.peers, "peers", true, "measure crun, runc, runsc, bwrap and podman too")
 	flag.BoolVar(&cfg.net, "net", true, "measure sandboxes' network against the host's direct path (needs iproute2 and python3)")
 	flag.IntVar(&cfg.netRounds, "net-rounds", 10, "rounds of a batch of requests on each network path")
@@ -61,7 +62,7 @@ func main() {
 	flag.Int64Var(&cfg.imageBytes, "image", 100<<20, "random bytes in the pulled image, split over its 4 data layers")
 	flag.IntVar(&cfg.e2bRounds, "e2b-rounds", 30, "rounds of create samples through E2B's SDK and the native API (the exec round trips take -exec-rounds)")
 	flag.StringVar(&cfg.e2bPython, "e2b-python", "compat/e2b/sdktest/.venv/bin/python", "the Python with E2B's SDK (make compat/e2b/sdktest/.venv/.installed); missing: the e2b rows say so")
-	only := flag.String("only", "", "run only these steps, comma-separated: starts, exec, roundtrips, throughput, bursts, files, density, network, ports, images, snapshots, e2b (a partial run; do not give -readme)")
+	only := flag.String("only", "", "run only these steps, comma-separated: starts, exec, roundtrips, throughput, bursts, files, density, network, ports, images, snapshots, e2b, gvisor (a partial run; do not give -readme)")
 	out := flag.String("out", "bench/results", "directory for latest.md and latest.json")
 	readme := flag.String("readme", "", "a file whose section between <!-- bench:start --> and <!-- bench:end --> gets the table")
 	flag.Parse()
@@ -151,7 +152,7 @@ func (c config) check() error {
 		return errors.New("-e2b-rounds must be between 1 and 1000 (and -exec-rounds at most 100000)")
 	}
 	for _, k := range c.only {
-		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "files", "density", "network", "ports", "images", "snapshots", "e2b"}, k) {
+		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "files", "density", "network", "ports", "images", "snapshots", "e2b", "gvisor"}, k) {
 			return fmt.Errorf("-only: %q is not a step", k)
 		}
 	}
@@ -233,4 +234,14 @@ func machine() Machine {
 		version = "commit " + strings.TrimSpace(string(out))
 	}
 	return Machine{Cores: runtime.NumCPU(), MemBytes: int64(si.Totalram) * int64(si.Unit), Kernel: unix.ByteSliceToString(u.Release[:]), Cgroup: cg, Berth: version}
+}
+
+// defaultRunsc is bin/runsc when make runsc made it, else runsc on PATH.
+func defaultRunsc() string {
+	if p, err := filepath.Abs("bin/runsc"); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "runsc"
 }

@@ -137,6 +137,7 @@ func writeBundle(dir, name, rootfs string, args ...string) (string, error) {
 // ociRuntime is how the bench drives one OCI runtime's command line.
 type ociRuntime struct {
 	name    string   // program
+	path    string   // the binary ("": name on PATH)
 	global  []string // flags before the command
 	detach  string   // run's flag to return once the container runs
 	install string   // how to get it, for "not measured"
@@ -170,7 +171,11 @@ func dynamicELF(path string) bool {
 // ociSubject measures `R run` of a bundle and `R exec` into a detached one.
 func ociSubject(rt ociRuntime, work, rootfs string) subject {
 	s := subject{name: rt.name + " run", execName: rt.name + " exec"}
-	path, err := exec.LookPath(rt.name)
+	bin := rt.path
+	if bin == "" {
+		bin = rt.name
+	}
+	path, err := exec.LookPath(bin)
 	if err != nil {
 		s.why = rt.name + " " + rt.install
 		return s

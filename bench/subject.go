@@ -31,6 +31,9 @@ type subject struct {
 type running struct {
 	exec func(ctx context.Context) error // runs true in it
 	stop func()                          // removes it; never fails the run
+	// d and id are berth's daemon and sandbox, for a berth subject.
+	d  *daemon
+	id string
 }
 
 // command runs a program and returns its stdout, failing with its stderr.

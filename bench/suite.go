@@ -51,6 +51,7 @@ type config struct {
 	e2bRounds     int           // rounds of create samples through E2B's SDK and the native API
 	e2bPython     string        // the Python that has E2B's SDK (its venv's)
 	only          []string      // the steps to run (by key; empty: all)
+	runsc         string        // the runsc of the gvisor runtime and of the runsc peer
 }
 
 // suite runs the measurements; everything it starts is stopped by close.
@@ -123,6 +124,7 @@ func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error
 		{"images", "images", func(ctx context.Context, _ []subject) error { return s.images(ctx) }},
 		{"snapshots", "snapshots, forks and diffs", func(ctx context.Context, _ []subject) error { return s.snapshots(ctx) }},
 		{"e2b", "E2B's SDK against berth", func(ctx context.Context, _ []subject) error { return s.e2b(ctx) }},
+		{"gvisor", "the gvisor runtime beside runsc", func(ctx context.Context, _ []subject) error { return s.gvisor(ctx) }},
 	}
 	for _, step := range steps {
 		if len(cfg.only) > 0 && !slices.Contains(cfg.only, step.key) {
@@ -154,6 +156,9 @@ func (s *suite) peers(ctx context.Context) ([]subject, error) {
 	}
 	var out []subject
 	for _, rt := range ociRuntimes {
+		if rt.name == "runsc" {
+			rt.path = s.cfg.runsc // the gvisor runtime's, pinned
+		}
 		out = append(out, ociSubject(rt, s.cfg.work, rootfs))
 	}
 	out = append(out, bwrapSubject())
@@ -272,7 +277,7 @@ func rows(group, name string, subjects []subject, got map[string]series, base st
 	var out []Metric
 	for _, sub := range subjects {
 		shown := sub.name
-		if group == "exec" && sub.execName != "" {
+		if strings.HasPrefix(name, "exec round trip") && sub.execName != "" {
 			shown = sub.execName
 		}
 		m := Metric{Group: group, Name: name, Subject: shown, Unit: "ms", Target: targets[sub.name]}
