@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -283,4 +284,30 @@ func atoiOr(s string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
+}
+
+// TestE2BPauseKeepsMemoryOnGvisor: E2B's pause keeps a sandbox's memory;
+// on gvisor it is berth's pause with memory (the processes saved, CPU and
+// memory freed), and E2B's connect restores them.
+func TestE2BPauseKeepsMemoryOnGvisor(t *testing.T) {
+	d := startGvisorDaemon(t, "--default-runtime", "gvisor")
+	c := e2bControl{t, d}
+	ctx := t.Context()
+	id := c.create(map[string]any{"templateID": "base", "timeout": 300}).SandboxID
+	p, err := d.client.StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"sleep", "600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.json("POST", "/sandboxes/"+id+"/pause", nil, http.StatusNoContent, nil)
+	if b, err := d.client.GetSandbox(ctx, id); err != nil || b.State != api.StatePaused || !b.Checkpointed {
+		t.Fatalf("berth's view after E2B's pause: %+v %v", b, err)
+	}
+	if info := c.get(id); info.State != "paused" {
+		t.Fatalf("E2B's view after pause: %s", info.State)
+	}
+	var got e2bSandbox
+	c.json("POST", "/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}, http.StatusCreated, &got)
+	if pr, err := d.client.GetProcess(ctx, id, p.Pid); err != nil || !pr.Running {
+		t.Fatalf("the process after connect: %+v %v", pr, err)
+	}
 }

@@ -847,9 +847,12 @@ func (g *Group) refreshSandbox(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// pauseSandbox is POST /sandboxes/{id}/pause: berth's pause (its
-// processes frozen, memory kept). Only a running sandbox pauses (409
-// otherwise, which the SDKs read as "already paused").
+// pauseSandbox is POST /sandboxes/{id}/pause: E2B's pause keeps memory,
+// so on a runtime with memory checkpoints (gvisor) the processes are saved
+// with their memory and the sandbox's CPU and memory freed, as on E2B;
+// elsewhere berth's pause freezes them in place (memory kept, no CPU).
+// Only a running sandbox pauses (409 otherwise, which the SDKs read as
+// "already paused").
 func (g *Group) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Memory *bool `json:"memory"`
@@ -865,7 +868,13 @@ func (g *Group) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
 	if sb.State != api.StateRunning {
 		return errdefs.New(errdefs.Conflict, "sandbox %s is %s: only a running sandbox can be paused", id, e2bState(sb.State))
 	}
-	pause := func(ctx context.Context, tenant, id string) (api.Sandbox, error) { return g.m.Pause(ctx, tenant, id, false) }
+	pause := func(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+		sb, err := g.m.Pause(ctx, tenant, id, true)
+		if errdefs.IsNotImplemented(err) { // no memory checkpoints on this runtime
+			return g.m.Pause(ctx, tenant, id, false)
+		}
+		return sb, err
+	}
 	if body.Memory != nil && !*body.Memory {
 		// A filesystem-only pause (mode="filesystem"): berth's stop, which
 		// keeps the files and ends the processes; connect starts it again.
