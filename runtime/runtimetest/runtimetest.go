@@ -57,6 +57,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("FailedCreateLeavesNothing", func(t *testing.T) { testFailedCreate(t, h) })
 	t.Run("DeleteIsIdempotent", func(t *testing.T) { testDeleteTwice(t, h) })
 	t.Run("TwoWayStream", func(t *testing.T) { testStream(t, h) })
+	if h.Runtime.Capabilities().Limits.Pids {
+		t.Run("ForkBombStopsAtPidsLimit", func(t *testing.T) { testForkBomb(t, h) })
+	}
 	if _, ok := h.Runtime.(runtime.Stopper); ok && h.Runtime.Capabilities().StopStart {
 		t.Run("StopStartKeepsFiles", func(t *testing.T) { testStopStart(t, h) })
 	}
@@ -503,5 +506,54 @@ func testDeleteTwice(t *testing.T, h Harness) {
 	}
 	if leaks := h.Leaks(id); len(leaks) > 0 {
 		t.Fatalf("traces: %v", leaks)
+	}
+}
+
+// testForkBomb: a fork bomb meets the pids limit (its forks fail with
+// EAGAIN, which bash reports), and once it is killed the sandbox answers.
+func testForkBomb(t *testing.T, h Harness) {
+	sb := Create(t, h, runtime.Spec{Limits: runtime.Limits{Pids: 64}})
+	ctx := t.Context()
+	bomb, err := sb.Guest.Start(ctx, guestapi.ProcessSpec{Args: []string{"/bin/bash", "-c", "while true; do sleep 30 & done"}, User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(output(t, sb, bomb.Pid), "Resource temporarily unavailable") {
+		if time.Now().After(deadline) {
+			t.Fatal("no fork refused in 20 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := sb.Guest.Signal(ctx, bomb.Pid, 9); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r, err := ExecErr(ctx, sb, guestapi.ProcessSpec{Args: []string{"true"}})
+		if err == nil && r.ExitCode == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sandbox did not come back after the bomb: %+v %v", r, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// output is what process pid wrote so far.
+func output(t *testing.T, sb *Sandbox, pid int) string {
+	t.Helper()
+	st, err := sb.Guest.Output(t.Context(), pid, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var out strings.Builder
+	for {
+		ev, err := st.Next()
+		if err != nil {
+			return out.String()
+		}
+		out.Write(ev.Data)
 	}
 }
