@@ -7,12 +7,9 @@ package gvisor
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -31,9 +28,9 @@ import (
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/internal/hostpath"
 	"github.com/berthsh/berth/internal/hostproc"
-	"github.com/berthsh/berth/layerdiff"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/runtime/layer"
+	"github.com/berthsh/berth/runtime/local"
 )
 
 // Name is the runtime's registered name.
@@ -74,10 +71,11 @@ type Options struct {
 
 // Runtime is the gvisor runtime.
 type Runtime struct {
+	*local.Host // directories, cgroups, and the optional interfaces served from them
+
 	cfg     runtime.Config
 	opts    Options
 	log     *slog.Logger
-	cgroups cgroup.Manager
 	caps    runtime.Capabilities
 	runsc   string
 	guest   string // the guest binary's name in binDir
@@ -172,7 +170,8 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor runtime: %w", err)
 	}
-	r := &Runtime{cfg: cfg, opts: opts, log: cfg.Log, cgroups: cg, runsc: path, guest: filepath.Base(guest), base: base, watcher: w}
+	r := &Runtime{Host: &local.Host{StateDir: cfg.StateDir, Cgroups: cg, NoFreeze: cg.CanFreeze()}, cfg: cfg, opts: opts, log: cfg.Log,
+		runsc: path, guest: filepath.Base(guest), base: base, watcher: w}
 	r.caps = r.capabilities()
 	r.log.Info("gvisor runtime ready", "runsc", path, "platform", opts.Platform, "cgroup_version", cg.Version(), "missing", r.caps.Missing)
 	return r, nil
@@ -226,7 +225,7 @@ func (r *Runtime) capabilities() runtime.Capabilities {
 		c.Limits.Disk, c.GrowDisk = false, false
 		c.Missing["disk_bytes"] = why
 	}
-	if why := r.cgroups.CanFreeze(); why != "" {
+	if why := r.Cgroups.CanFreeze(); why != "" {
 		c.Missing["pause"] = why
 	} else {
 		c.Pause = true
@@ -251,8 +250,6 @@ var (
 	_ runtime.Archiver      = (*Runtime)(nil)
 	_ runtime.Checkpointer  = (*Runtime)(nil)
 )
-
-func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.cfg.StateDir, "sandboxes", id) }
 
 // checkSpec refuses what this runtime cannot realize.
 func (r *Runtime) checkSpec(spec runtime.Spec) error {
@@ -282,7 +279,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	dir := r.sandboxDir(spec.ID)
+	dir := r.SandboxDir(spec.ID)
 	if err := os.Mkdir(dir, 0o710); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil, errdefs.New(errdefs.AlreadyExists, "sandbox %q already has a directory", spec.ID)
@@ -325,7 +322,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	dir := r.sandboxDir(spec.ID)
+	dir := r.SandboxDir(spec.ID)
 	upper, err := layer.Ready(spec.ID, dir)
 	if err != nil {
 		return nil, err
@@ -353,7 +350,7 @@ func (r *Runtime) flags(id string) []string {
 		"--ignore-cgroups",  // berth's cgroup holds the sandbox (see boot)
 	}
 	if r.opts.Debug {
-		f = append(f, "--debug", "--debug-log="+filepath.Join(r.sandboxDir(id), "runsc")+"/")
+		f = append(f, "--debug", "--debug-log="+filepath.Join(r.SandboxDir(id), "runsc")+"/")
 	}
 	return f
 }
@@ -365,7 +362,7 @@ func (r *Runtime) run(ctx context.Context, id string, args ...string) error {
 	cmd.Env = []string{}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, truncate(string(bytes.TrimSpace(out)), 1024))
+		return fmt.Errorf("runsc %s: %w: %s", args[0], err, local.Truncate(string(bytes.TrimSpace(out)), 1024))
 	}
 	return nil
 }
@@ -381,7 +378,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (*runtime.Instanc
 // from that checkpoint, whose guest holds token.
 func (r *Runtime) bootFrom(ctx context.Context, spec runtime.Spec, image, token string) (_ *runtime.Instance, err error) {
 	t0 := time.Now()
-	dir := r.sandboxDir(spec.ID)
+	dir := r.SandboxDir(spec.ID)
 	defer func() {
 		if err != nil {
 			if terr := r.teardown(context.WithoutCancel(ctx), spec.ID); terr != nil {
@@ -413,7 +410,7 @@ func (r *Runtime) bootFrom(ctx context.Context, spec runtime.Spec, image, token 
 			return nil, err
 		}
 	} else { // a restored guest has its bootstrap in memory
-		if token, err = randomToken(); err != nil {
+		if token, err = local.Token(); err != nil {
 			return nil, err
 		}
 		b := guestapi.Bootstrap{
@@ -428,12 +425,12 @@ func (r *Runtime) bootFrom(ctx context.Context, spec runtime.Spec, image, token 
 			return nil, err
 		}
 	}
-	oci := bundleSpec(spec, rootfs, tmp, ctl, filepath.Join(r.cfg.StateDir, "bin"), r.guest, guestEnv())
+	oci := bundleSpec(spec, rootfs, tmp, ctl, filepath.Join(r.cfg.StateDir, "bin"), r.guest, local.GuestEnv())
 	if err := writeJSON(filepath.Join(dir, "config.json"), oci, 0, 0); err != nil {
 		return nil, err
 	}
 	r.ooms.Delete(spec.ID)
-	cg, err := r.cgroups.Create(spec.ID)
+	cg, err := r.Cgroups.Create(spec.ID)
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
@@ -539,7 +536,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id string, state json.RawMessa
 	if err := json.Unmarshal(state, &st); err != nil {
 		return nil, fmt.Errorf("sandbox %s: bad runtime state: %w", id, err)
 	}
-	img := filepath.Join(r.sandboxDir(id), checkpointDir)
+	img := filepath.Join(r.SandboxDir(id), checkpointDir)
 	if err := os.RemoveAll(img); err != nil {
 		return nil, fmt.Errorf("sandbox %s: clear the checkpoint: %w", id, err)
 	}
@@ -580,7 +577,7 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, state json.Raw
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	dir := r.sandboxDir(spec.ID)
+	dir := r.SandboxDir(spec.ID)
 	if _, err := layer.Ready(spec.ID, dir); err != nil {
 		return nil, err
 	}
@@ -635,15 +632,6 @@ func readPid(path string) (int, error) {
 	return pid, nil
 }
 
-// guestEnv is the guest's whole environment (see native's).
-func guestEnv() []string {
-	env := []string{"GOMAXPROCS=1"}
-	if v := os.Getenv("BERTH_GUEST_DEBUG"); v != "" {
-		env = append(env, "BERTH_GUEST_DEBUG="+v)
-	}
-	return env
-}
-
 // waitReady waits until the guest accepts on its control socket, the
 // sandbox exits, or ctx ends.
 func waitReady(ctx context.Context, dial func(context.Context) (net.Conn, error), exited <-chan struct{}) error {
@@ -672,45 +660,15 @@ func waitReady(ctx context.Context, dial func(context.Context) (net.Conn, error)
 // root: the gofer that bound it for the guest, in the sandbox's user
 // namespace, whose host ids belong to this sandbox alone.
 func (r *Runtime) dialer(id string, owner uint32) func(ctx context.Context) (net.Conn, error) {
-	ctl := filepath.Join(r.sandboxDir(id), "ctl")
+	ctl := filepath.Join(r.SandboxDir(id), "ctl")
 	return func(ctx context.Context) (net.Conn, error) {
-		fd, err := unix.Open(ctl, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
-		}
-		defer unix.Close(fd)
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, controlSocket))
-		if err != nil {
-			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
-		}
-		if err := checkPeer(c.(*net.UnixConn), owner); err != nil {
-			c.Close()
-			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
-		}
-		return c, nil
+		return local.Dial(ctx, id, ctl, controlSocket, func(cred unix.Ucred) error {
+			if cred.Uid != owner {
+				return fmt.Errorf("control socket is held by uid %d, not the sandbox's root %d", cred.Uid, owner)
+			}
+			return nil
+		})
 	}
-}
-
-func checkPeer(c *net.UnixConn, owner uint32) error {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return err
-	}
-	if credErr != nil {
-		return credErr
-	}
-	if cred.Uid != owner {
-		return fmt.Errorf("control socket is held by uid %d, not the sandbox's root %d", cred.Uid, owner)
-	}
-	return nil
 }
 
 // Attach implements runtime.Runtime.
@@ -740,7 +698,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 	if err := r.teardown(ctx, id); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(filepath.Join(r.sandboxDir(id), checkpointDir)); err != nil {
+	if err := os.RemoveAll(filepath.Join(r.SandboxDir(id), checkpointDir)); err != nil {
 		return fmt.Errorf("sandbox %s: discard its checkpoint: %w", id, err)
 	}
 	return nil
@@ -749,6 +707,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 // teardown ends sandbox id's gVisor sandbox, whatever is left of it: runsc's
 // state, every process in its cgroup, its root mount and the cgroup.
 func (r *Runtime) teardown(ctx context.Context, id string) error {
+	r.Forget(id)
 	r.files.Delete(id)
 	r.ooms.Delete(id)
 	var errs []error
@@ -757,7 +716,7 @@ func (r *Runtime) teardown(ctx context.Context, id string) error {
 			errs = append(errs, err)
 		}
 	}
-	cg, err := r.cgroups.Load(id)
+	cg, err := r.Cgroups.Load(id)
 	switch {
 	case err == nil:
 		if n, err := cg.OOMKills(); err == nil {
@@ -771,11 +730,11 @@ func (r *Runtime) teardown(ctx context.Context, id string) error {
 	case !errors.Is(err, os.ErrNotExist):
 		errs = append(errs, fmt.Errorf("load cgroup: %w", err))
 	}
-	rootfs := filepath.Join(r.sandboxDir(id), "rootfs")
+	rootfs := filepath.Join(r.SandboxDir(id), "rootfs")
 	if err := unix.Unmount(rootfs, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		errs = append(errs, fmt.Errorf("unmount the root: %w", err))
 	}
-	os.Remove(filepath.Join(r.sandboxDir(id), "ctl", controlSocket))
+	os.Remove(filepath.Join(r.SandboxDir(id), "ctl", controlSocket))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -795,7 +754,7 @@ func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) 
 		return err
 	}
 	r.ooms.Delete(id)
-	dir := r.sandboxDir(id)
+	dir := r.SandboxDir(id)
 	if err := layer.UnmountDisk(dir); err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -811,15 +770,6 @@ func (r *Runtime) Close() error {
 		return fmt.Errorf("gvisor runtime: %w", err)
 	}
 	return nil
-}
-
-// group returns a running sandbox's cgroup.
-func (r *Runtime) group(id string) (cgroup.Group, error) {
-	g, err := r.cgroups.Load(id)
-	if err != nil {
-		return nil, errdefs.Wrap(errdefs.Conflict, err, "sandbox %s has no cgroup (is it running?)", id)
-	}
-	return g, nil
 }
 
 // cgroupLimits are the sandbox's limits with room for gVisor's own kernel.
@@ -840,7 +790,7 @@ func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) er
 	if v, ok := r.files.Load(id); ok && l.OpenFiles > 0 && l.OpenFiles != v.(int64) {
 		return errdefs.New(errdefs.NotImplemented, "limits.open_files: the gvisor runtime sets it when a sandbox boots; stop and start the sandbox to change it")
 	}
-	cg, err := r.group(id)
+	cg, err := r.Group(id)
 	if err != nil {
 		return err
 	}
@@ -848,31 +798,15 @@ func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) er
 		return errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
 	}
 	if l.DiskBytes > 0 {
-		return layer.GrowDisk(ctx, r.sandboxDir(id), l.DiskBytes)
+		return layer.GrowDisk(ctx, r.SandboxDir(id), l.DiskBytes)
 	}
 	return nil
-}
-
-// Stats implements runtime.StatsProvider from the sandbox's cgroup (gVisor's
-// own kernel included) and the size of its writable layer.
-func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Usage, error) {
-	cg, err := r.group(id)
-	if err != nil {
-		return runtime.Usage{}, err
-	}
-	st, err := cg.Stats()
-	if err != nil {
-		return runtime.Usage{}, fmt.Errorf("sandbox %s: cgroup stats: %w", id, err)
-	}
-	return runtime.Usage{CPUSeconds: float64(st.CPUUsageNs) / 1e9, MemoryBytes: st.MemoryCurrent,
-		MemoryPeakBytes: st.MemoryPeak, Pids: st.Pids, OOMKills: st.OOMKills,
-		DiskBytes: layer.Usage(ctx, r.sandboxDir(id))}, nil
 }
 
 // OOMKills implements runtime.StatsProvider; for a sandbox stopped since
 // it last ran, the count it ended with.
 func (r *Runtime) OOMKills(ctx context.Context, id string) (int64, error) {
-	cg, err := r.group(id)
+	cg, err := r.Group(id)
 	if err == nil {
 		var n int64
 		if n, err = cg.OOMKills(); err == nil {
@@ -886,97 +820,9 @@ func (r *Runtime) OOMKills(ctx context.Context, id string) (int64, error) {
 	return 0, err
 }
 
-// LimitHits implements runtime.StatsProvider.
-func (r *Runtime) LimitHits(ctx context.Context, id string) (runtime.LimitHits, error) {
-	cg, err := r.group(id)
-	if err != nil {
-		return runtime.LimitHits{}, err
-	}
-	h, err := cg.LimitHits()
-	if err != nil {
-		return runtime.LimitHits{}, err
-	}
-	return runtime.LimitHits{Pids: h.Pids, CPUThrottled: h.CPUThrottled, DiskFull: layer.DiskFull(r.sandboxDir(id))}, nil
-}
-
-// Pause implements runtime.Pauser with the sandbox's cgroup freezer: the
-// sentry and the gofer stop, and with them everything inside.
-func (r *Runtime) Pause(ctx context.Context, id string) error {
-	if !r.caps.Pause {
-		return errdefs.New(errdefs.NotImplemented, "pause: %s", r.caps.Missing["pause"])
-	}
-	g, err := r.group(id)
-	if err != nil {
-		return err
-	}
-	return layer.Freeze(ctx, g, id)
-}
-
-// Resume implements runtime.Pauser.
-func (r *Runtime) Resume(ctx context.Context, id string) error {
-	g, err := r.group(id)
-	if err != nil {
-		return err
-	}
-	return g.Thaw()
-}
-
-// Diff implements runtime.Differ.
-func (r *Runtime) Diff(ctx context.Context, id string, users runtime.IDMap, skip map[string][]byte, w io.Writer) (int, error) {
-	upper, _ := layer.Dirs(r.sandboxDir(id))
-	st, err := layerdiff.Write(w, upper, layerdiff.Options{IDs: layerdiff.IDs{Base: users.HostID, Size: users.Size}, Skip: skip})
-	if err != nil {
-		return st.Entries, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	return st.Entries, nil
-}
-
-// WritableLayer implements runtime.Capturer.
-func (r *Runtime) WritableLayer(id string) (string, error) {
-	return layer.Upper(id, r.sandboxDir(id))
-}
-
-// Capture implements runtime.Capturer (see layer.Capture).
-func (r *Runtime) Capture(ctx context.Context, id string, users runtime.IDMap, skip map[string][]byte, dst string) (runtime.Capture, error) {
-	var f layer.Freezer
-	g, err := r.cgroups.Load(id)
-	switch {
-	case err == nil:
-		f = g
-	case !errors.Is(err, os.ErrNotExist):
-		return runtime.Capture{}, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	noFreeze := ""
-	if !r.caps.Pause {
-		noFreeze = r.caps.Missing["pause"]
-	}
-	return layer.Capture(ctx, id, r.sandboxDir(id), users, skip, dst, f, noFreeze)
-}
-
-// ClearLayer implements runtime.Archiver.
-func (r *Runtime) ClearLayer(ctx context.Context, id string) error {
-	if err := layer.Clear(r.sandboxDir(id)); err != nil {
-		return fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	return nil
-}
-
-// RenewLayer implements runtime.Archiver.
-func (r *Runtime) RenewLayer(ctx context.Context, spec runtime.Spec, fill func(dir string) error) error {
-	return layer.Renew(ctx, r.sandboxDir(spec.ID), spec, fill)
-}
-
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
-}
-
-func randomToken() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("random token: %w", err)
-	}
-	return hex.EncodeToString(b), nil
 }
 
 // tailFile is the end of a log file.
@@ -985,12 +831,5 @@ func tailFile(path string) string {
 	if err != nil {
 		return "no log"
 	}
-	return truncate(strings.TrimSpace(string(b[max(0, len(b)-2048):])), 2048)
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
+	return local.Truncate(strings.TrimSpace(string(b[max(0, len(b)-2048):])), 2048)
 }

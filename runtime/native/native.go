@@ -6,8 +6,6 @@ package native
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,9 +30,9 @@ import (
 	"github.com/berthsh/berth/internal/hostpath"
 	"github.com/berthsh/berth/internal/hostproc"
 	"github.com/berthsh/berth/internal/osthread"
-	"github.com/berthsh/berth/layerdiff"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/runtime/layer"
+	"github.com/berthsh/berth/runtime/local"
 )
 
 // Name is the runtime's registered name.
@@ -56,30 +54,17 @@ type Options struct {
 
 // Runtime is the native runtime.
 type Runtime struct {
-	cfg     runtime.Config
-	opts    Options
-	log     *slog.Logger
-	cgroups cgroup.Manager
-	caps    runtime.Capabilities
+	*local.Host // directories, cgroups, and the optional interfaces served from them
 
-	groups sync.Map // sandbox id -> cgroup.Group of running sandboxes (a cache)
-	inits  sync.Map // sandbox id -> its init (the guest), an initProc, while running
+	cfg  runtime.Config
+	opts Options
+	log  *slog.Logger
+	caps runtime.Capabilities
+
+	inits sync.Map // sandbox id -> its init (the guest), an initProc, while running
 
 	// watcher watches the inits of re-attached sandboxes.
 	watcher *hostproc.Watcher
-}
-
-// group returns a sandbox's cgroup, from the cache when it is running.
-func (r *Runtime) group(id string) (cgroup.Group, error) {
-	if g, ok := r.groups.Load(id); ok {
-		return g.(cgroup.Group), nil
-	}
-	g, err := r.cgroups.Load(id)
-	if err != nil {
-		return nil, err
-	}
-	r.groups.Store(id, g)
-	return g, nil
 }
 
 // persisted is the runtime-private state the manager keeps for each sandbox.
@@ -147,10 +132,11 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
-	r := &Runtime{cfg: cfg, opts: opts, log: cfg.Log, cgroups: cg, watcher: w}
+	r := &Runtime{Host: &local.Host{StateDir: cfg.StateDir, Cgroups: cg}, cfg: cfg, opts: opts, log: cfg.Log, watcher: w}
 	r.caps = capabilities(cfg.StateDir)
 	if why := cg.CanFreeze(); why != "" {
 		r.caps.Missing["pause"] = why
+		r.NoFreeze = why
 	} else {
 		r.caps.Pause = true
 	}
@@ -230,62 +216,12 @@ var (
 	_ runtime.Differ        = (*Runtime)(nil)
 )
 
-// Diff implements runtime.Differ: the overlay's upper directory, read by
-// package layerdiff.
-func (r *Runtime) Diff(ctx context.Context, id string, users runtime.IDMap, skip map[string][]byte, w io.Writer) (int, error) {
-	upper, _ := layer.Dirs(r.sandboxDir(id))
-	st, err := layerdiff.Write(w, upper, layerdiff.Options{IDs: layerdiff.IDs{Base: users.HostID, Size: users.Size}, Skip: skip})
-	if err != nil {
-		return st.Entries, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	return st.Entries, nil
-}
-
-// Stats implements runtime.StatsProvider from the sandbox's cgroup and the
-// size of its writable layer.
-func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Usage, error) {
-	cg, err := r.group(id)
-	if err != nil {
-		return runtime.Usage{}, errdefs.Wrap(errdefs.Conflict, err, "sandbox %s has no cgroup (is it running?)", id)
-	}
-	st, err := cg.Stats()
-	if err != nil {
-		return runtime.Usage{}, fmt.Errorf("sandbox %s: cgroup stats: %w", id, err)
-	}
-	u := runtime.Usage{CPUSeconds: float64(st.CPUUsageNs) / 1e9, MemoryBytes: st.MemoryCurrent,
-		MemoryPeakBytes: st.MemoryPeak, Pids: st.Pids, OOMKills: st.OOMKills}
-	u.DiskBytes = layer.Usage(ctx, r.sandboxDir(id))
-	return u, nil
-}
-
-// OOMKills implements runtime.StatsProvider.
-func (r *Runtime) OOMKills(ctx context.Context, id string) (int64, error) {
-	cg, err := r.group(id)
-	if err != nil {
-		return 0, err
-	}
-	return cg.OOMKills()
-}
-
-// LimitHits implements runtime.StatsProvider.
-func (r *Runtime) LimitHits(ctx context.Context, id string) (runtime.LimitHits, error) {
-	cg, err := r.group(id)
-	if err != nil {
-		return runtime.LimitHits{}, err
-	}
-	h, err := cg.LimitHits()
-	if err != nil {
-		return runtime.LimitHits{}, err
-	}
-	return runtime.LimitHits{Pids: h.Pids, CPUThrottled: h.CPUThrottled, DiskFull: layer.DiskFull(r.sandboxDir(id))}, nil
-}
-
 // SetLimits implements runtime.Updater: the kernel applies new limits to a
 // running sandbox at once.
 func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) error {
-	cg, err := r.group(id)
+	cg, err := r.Group(id)
 	if err != nil {
-		return errdefs.Wrap(errdefs.Conflict, err, "sandbox %s has no cgroup (is it running?)", id)
+		return err
 	}
 	if err := cg.Set(cgroupLimits(l)); err != nil {
 		return errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
@@ -294,7 +230,7 @@ func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) er
 		return err
 	}
 	if l.DiskBytes > 0 {
-		return layer.GrowDisk(ctx, r.sandboxDir(id), l.DiskBytes)
+		return layer.GrowDisk(ctx, r.SandboxDir(id), l.DiskBytes)
 	}
 	return nil
 }
@@ -363,8 +299,6 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.cfg.StateDir, "sandboxes", id) }
-
 // checkSpec refuses what this runtime cannot realize.
 func (r *Runtime) checkSpec(spec runtime.Spec) error {
 	if len(spec.Root.Layers) == 0 {
@@ -396,7 +330,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	dir := r.sandboxDir(spec.ID)
+	dir := r.SandboxDir(spec.ID)
 	if err := os.Mkdir(dir, 0o710); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil, errdefs.New(errdefs.AlreadyExists, "sandbox %q already has a directory", spec.ID)
@@ -436,7 +370,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	dir := r.sandboxDir(spec.ID)
+	dir := r.SandboxDir(spec.ID)
 	upper, err := layer.Ready(spec.ID, dir)
 	if err != nil {
 		return nil, err
@@ -445,7 +379,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 		return nil, err
 	}
 	// A cgroup left by an init that died on its own is cleared first.
-	if cg, err := r.cgroups.Load(spec.ID); err == nil {
+	if cg, err := r.Cgroups.Load(spec.ID); err == nil {
 		if err := cg.Kill(); err != nil {
 			return nil, fmt.Errorf("clear stale cgroup: %w", err)
 		}
@@ -471,14 +405,14 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 			}
 		}
 	}()
-	dir := r.sandboxDir(spec.ID)
+	dir := r.SandboxDir(spec.ID)
 	tDirs := time.Now()
-	cg, err := r.cgroups.Create(spec.ID)
+	cg, err := r.Cgroups.Create(spec.ID)
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
 	undo = append(undo, func() {
-		r.groups.Delete(spec.ID)
+		r.Forget(spec.ID)
 		if err := cg.Kill(); err != nil {
 			r.log.Error("failed boot: kill cgroup", "sandbox", spec.ID, "err", err)
 		}
@@ -486,13 +420,13 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 			r.log.Error("failed boot: remove cgroup", "sandbox", spec.ID, "err", err)
 		}
 	})
-	r.groups.Store(spec.ID, cg)
+	r.Remember(spec.ID, cg)
 	if err := cg.Set(cgroupLimits(spec.Limits)); err != nil {
 		return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
 	}
 
 	tCgroup := time.Now()
-	token, err := randomToken()
+	token, err := local.Token()
 	if err != nil {
 		return nil, err
 	}
@@ -613,7 +547,7 @@ func (r *Runtime) guestCommand(dir string, ids runtime.IDMap) (cmd *exec.Cmd, bo
 	cmd = &exec.Cmd{
 		Path:       r.cfg.GuestBinary,
 		Args:       []string{"berth-guest", "guest"},
-		Env:        guestEnv(), // nothing of the daemon's environment enters a sandbox
+		Env:        local.GuestEnv(), // nothing of the daemon's environment enters a sandbox
 		Dir:        "/",
 		Stdout:     logf,
 		Stderr:     logf,
@@ -631,17 +565,6 @@ func (r *Runtime) guestCommand(dir string, ids runtime.IDMap) (cmd *exec.Cmd, bo
 	return cmd, bootSock, statusR, nil
 }
 
-// guestEnv is the guest's whole environment. GOMAXPROCS=1: the guest mostly
-// waits on pipes and children, and fewer threads make its start cheaper
-// (hardening stops every thread once per capability dropped).
-func guestEnv() []string {
-	env := []string{"GOMAXPROCS=1"}
-	if v := os.Getenv("BERTH_GUEST_DEBUG"); v != "" {
-		env = append(env, "BERTH_GUEST_DEBUG="+v)
-	}
-	return env
-}
-
 // waitReady reads the guest's first status line.
 func waitReady(ctx context.Context, statusR *os.File, exited <-chan struct{}) error {
 	line := make(chan string, 1)
@@ -657,7 +580,7 @@ func waitReady(ctx context.Context, statusR *os.File, exited <-chan struct{}) er
 		}
 		var ge guestapi.Error
 		if json.Unmarshal([]byte(s), &ge) == nil && ge.Message != "" {
-			return errors.New(truncate(ge.Message, 512))
+			return errors.New(local.Truncate(ge.Message, 512))
 		}
 		return errors.New("guest exited during set-up")
 	case <-ctx.Done():
@@ -669,46 +592,15 @@ func waitReady(ctx context.Context, statusR *os.File, exited <-chan struct{}) er
 // dialer connects to the sandbox's control socket and checks, with the
 // kernel's word (SO_PEERCRED), that the listener is the sandbox's init.
 func (r *Runtime) dialer(id string, pid int) func(ctx context.Context) (net.Conn, error) {
-	ctl := filepath.Join(r.sandboxDir(id), "ctl")
+	ctl := filepath.Join(r.SandboxDir(id), "ctl")
 	return func(ctx context.Context) (net.Conn, error) {
-		// Through an O_PATH descriptor, so a long state dir cannot overflow sun_path.
-		fd, err := unix.Open(ctl, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
-		}
-		defer unix.Close(fd)
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, controlSocket))
-		if err != nil {
-			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
-		}
-		if err := checkPeer(c.(*net.UnixConn), pid); err != nil {
-			c.Close()
-			return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
-		}
-		return c, nil
+		return local.Dial(ctx, id, ctl, controlSocket, func(cred unix.Ucred) error {
+			if int(cred.Pid) != pid {
+				return fmt.Errorf("control socket is held by pid %d, not the sandbox's init %d", cred.Pid, pid)
+			}
+			return nil
+		})
 	}
-}
-
-func checkPeer(c *net.UnixConn, pid int) error {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return err
-	}
-	if credErr != nil {
-		return credErr
-	}
-	if int(cred.Pid) != pid {
-		return fmt.Errorf("control socket is held by pid %d, not the sandbox's init %d", cred.Pid, pid)
-	}
-	return nil
 }
 
 // Attach implements runtime.Runtime.
@@ -743,9 +635,9 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 		// Killing the init of a PID namespace kills everything in it.
 		unix.Kill(st.Pid, unix.SIGKILL)
 	}
-	r.groups.Delete(id)
+	r.Forget(id)
 	r.inits.Delete(id)
-	cg, err := r.cgroups.Load(id)
+	cg, err := r.Cgroups.Load(id)
 	if err == nil {
 		cg.Kill()
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -763,7 +655,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 		}
 	}
 	r.log.Debug("stop phases", "sandbox", id, "kill_wait", tWait.Sub(t0), "cgroup_remove", time.Since(tWait))
-	os.Remove(filepath.Join(r.sandboxDir(id), "ctl", controlSocket))
+	os.Remove(filepath.Join(r.SandboxDir(id), "ctl", controlSocket))
 	return nil
 }
 
@@ -772,21 +664,13 @@ func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) 
 	if err := r.Stop(ctx, id, state); err != nil {
 		return err
 	}
-	if err := layer.UnmountDisk(r.sandboxDir(id)); err != nil {
+	if err := layer.UnmountDisk(r.SandboxDir(id)); err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	if err := os.RemoveAll(r.sandboxDir(id)); err != nil {
+	if err := os.RemoveAll(r.SandboxDir(id)); err != nil {
 		return fmt.Errorf("sandbox %s: remove files: %w", id, err)
 	}
 	return nil
-}
-
-func randomToken() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("random token: %w", err)
-	}
-	return hex.EncodeToString(b), nil
 }
 
 func tailLog(path string) string {
@@ -799,12 +683,5 @@ func tailLog(path string) string {
 		f.Seek(-2048, io.SeekEnd)
 	}
 	b, _ := io.ReadAll(f)
-	return truncate(strings.TrimSpace(string(b)), 2048)
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
+	return local.Truncate(strings.TrimSpace(string(b)), 2048)
 }

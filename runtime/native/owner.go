@@ -16,6 +16,7 @@ import (
 	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/internal/osthread"
 	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/runtime/local"
 )
 
 // This file gives each sandbox what its own range of host ids needs: a user
@@ -143,7 +144,7 @@ func probeLayers(guestBin, dir string) (string, error) {
 	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: owner, Size: 1}}
 	cmd := &exec.Cmd{
 		Path: guestBin, Args: []string{"berth-guest", "guest", guestapi.ProbeLayersFlag},
-		Env: guestEnv(), Dir: "/", Stderr: &stderr, ExtraFiles: []*os.File{guestEnd},
+		Env: local.GuestEnv(), Dir: "/", Stderr: &stderr, ExtraFiles: []*os.File{guestEnd},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
 			UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true,

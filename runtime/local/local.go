@@ -1,0 +1,234 @@
+// Package local is what the runtimes that run sandboxes on this host share:
+// a sandbox's directory with its writable layer, its cgroup, the optional
+// runtime interfaces served from those two (usage, freezing, captures,
+// archives, diffs), and the dial of a guest's control socket. A runtime
+// embeds a Host and adds how it starts a sandbox and reaches its guest.
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/cgroup"
+	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/layerdiff"
+	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/runtime/layer"
+)
+
+// Host serves a runtime's sandboxes from their directories under
+// StateDir/sandboxes and their cgroups.
+type Host struct {
+	StateDir string
+	Cgroups  cgroup.Manager
+	// NoFreeze says why groups cannot be frozen here ("": they can).
+	NoFreeze string
+
+	groups sync.Map // sandbox id -> cgroup.Group of running sandboxes (a cache)
+}
+
+// SandboxDir is sandbox id's directory.
+func (h *Host) SandboxDir(id string) string { return filepath.Join(h.StateDir, "sandboxes", id) }
+
+// Group returns running sandbox id's cgroup, from the cache when it can:
+// a conflict when it has none.
+func (h *Host) Group(id string) (cgroup.Group, error) {
+	if g, ok := h.groups.Load(id); ok {
+		return g.(cgroup.Group), nil
+	}
+	g, err := h.Cgroups.Load(id)
+	if err != nil {
+		return nil, errdefs.Wrap(errdefs.Conflict, err, "sandbox %s has no cgroup (is it running?)", id)
+	}
+	h.groups.Store(id, g)
+	return g, nil
+}
+
+// Remember caches a group the runtime just made for sandbox id.
+func (h *Host) Remember(id string, g cgroup.Group) { h.groups.Store(id, g) }
+
+// Forget drops sandbox id's group from the cache (it stopped).
+func (h *Host) Forget(id string) { h.groups.Delete(id) }
+
+// Stats implements runtime.StatsProvider from the sandbox's cgroup and the
+// size of its writable layer.
+func (h *Host) Stats(ctx context.Context, id string) (runtime.Usage, error) {
+	cg, err := h.Group(id)
+	if err != nil {
+		return runtime.Usage{}, err
+	}
+	st, err := cg.Stats()
+	if err != nil {
+		return runtime.Usage{}, fmt.Errorf("sandbox %s: cgroup stats: %w", id, err)
+	}
+	return runtime.Usage{CPUSeconds: float64(st.CPUUsageNs) / 1e9, MemoryBytes: st.MemoryCurrent,
+		MemoryPeakBytes: st.MemoryPeak, Pids: st.Pids, OOMKills: st.OOMKills,
+		DiskBytes: layer.Usage(ctx, h.SandboxDir(id))}, nil
+}
+
+// OOMKills implements runtime.StatsProvider.
+func (h *Host) OOMKills(ctx context.Context, id string) (int64, error) {
+	cg, err := h.Group(id)
+	if err != nil {
+		return 0, err
+	}
+	return cg.OOMKills()
+}
+
+// LimitHits implements runtime.StatsProvider.
+func (h *Host) LimitHits(ctx context.Context, id string) (runtime.LimitHits, error) {
+	cg, err := h.Group(id)
+	if err != nil {
+		return runtime.LimitHits{}, err
+	}
+	hits, err := cg.LimitHits()
+	if err != nil {
+		return runtime.LimitHits{}, err
+	}
+	return runtime.LimitHits{Pids: hits.Pids, CPUThrottled: hits.CPUThrottled, DiskFull: layer.DiskFull(h.SandboxDir(id))}, nil
+}
+
+// Pause implements runtime.Pauser with the sandbox's cgroup freezer: every
+// process in it stops (for gvisor, its kernel too).
+func (h *Host) Pause(ctx context.Context, id string) error {
+	if h.NoFreeze != "" {
+		return errdefs.New(errdefs.NotImplemented, "pause: %s", h.NoFreeze)
+	}
+	g, err := h.Group(id)
+	if err != nil {
+		return err
+	}
+	return layer.Freeze(ctx, g, id)
+}
+
+// Resume implements runtime.Pauser.
+func (h *Host) Resume(ctx context.Context, id string) error {
+	g, err := h.Group(id)
+	if err != nil {
+		return err
+	}
+	return g.Thaw()
+}
+
+// Diff implements runtime.Differ: the layer's upper directory, read by
+// package layerdiff.
+func (h *Host) Diff(ctx context.Context, id string, users runtime.IDMap, skip map[string][]byte, w io.Writer) (int, error) {
+	upper, _ := layer.Dirs(h.SandboxDir(id))
+	st, err := layerdiff.Write(w, upper, layerdiff.Options{IDs: layerdiff.IDs{Base: users.HostID, Size: users.Size}, Skip: skip})
+	if err != nil {
+		return st.Entries, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return st.Entries, nil
+}
+
+// WritableLayer implements runtime.Capturer: the overlay's upper directory.
+func (h *Host) WritableLayer(id string) (string, error) {
+	return layer.Upper(id, h.SandboxDir(id))
+}
+
+// Capture implements runtime.Capturer (see layer.Capture), freezing a
+// running sandbox with its cgroup.
+func (h *Host) Capture(ctx context.Context, id string, users runtime.IDMap, skip map[string][]byte, dst string) (runtime.Capture, error) {
+	var f layer.Freezer
+	g, err := h.Cgroups.Load(id)
+	switch {
+	case err == nil:
+		f = g
+	case !errors.Is(err, os.ErrNotExist): // not stopped
+		return runtime.Capture{}, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return layer.Capture(ctx, id, h.SandboxDir(id), users, skip, dst, f, h.NoFreeze)
+}
+
+// ClearLayer implements runtime.Archiver: the upper and work directories
+// go, and a disk of the sandbox's own with them.
+func (h *Host) ClearLayer(ctx context.Context, id string) error {
+	if err := layer.Clear(h.SandboxDir(id)); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// RenewLayer implements runtime.Archiver.
+func (h *Host) RenewLayer(ctx context.Context, spec runtime.Spec, fill func(dir string) error) error {
+	return layer.Renew(ctx, h.SandboxDir(spec.ID), spec, fill)
+}
+
+// Dial connects to the unix socket named socket in directory dir (through
+// a descriptor of dir, so that a long state dir cannot overflow sun_path)
+// and has check judge its peer by the kernel's word (SO_PEERCRED). Every
+// failure is unavailable.
+func Dial(ctx context.Context, id, dir, socket string, check func(unix.Ucred) error) (net.Conn, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
+	}
+	defer unix.Close(fd)
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, socket))
+	if err != nil {
+		return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
+	}
+	if err := checkPeer(c.(*net.UnixConn), check); err != nil {
+		c.Close()
+		return nil, errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s control channel", id)
+	}
+	return c, nil
+}
+
+func checkPeer(c *net.UnixConn, check func(unix.Ucred) error) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if credErr != nil {
+		return credErr
+	}
+	return check(*cred)
+}
+
+// Token is a new random token for a guest.
+func Token() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("random token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// GuestEnv is the guest's whole environment: nothing of the daemon's enters
+// a sandbox. GOMAXPROCS=1: the guest mostly waits on pipes and children,
+// and fewer threads make its start cheaper (hardening stops every thread
+// once per capability dropped).
+func GuestEnv() []string {
+	env := []string{"GOMAXPROCS=1"}
+	if v := os.Getenv("BERTH_GUEST_DEBUG"); v != "" {
+		env = append(env, "BERTH_GUEST_DEBUG="+v)
+	}
+	return env
+}
+
+// Truncate cuts s to n bytes, marking the cut.
+func Truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
