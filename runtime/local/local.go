@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -231,4 +232,72 @@ func Truncate(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// CheckSpec refuses what a runtime named name, with caps, cannot realize:
+// no root, no user mapping (or root mapped to the host's), idmapped layers
+// or a network mode or a disk limit it lacks, each with its reason.
+func CheckSpec(name string, caps runtime.Capabilities, spec runtime.Spec) error {
+	if len(spec.Root.Layers) == 0 {
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: the spec has no root file system", spec.ID)
+	}
+	if spec.Users.Size == 0 || spec.Users.HostID == 0 {
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: the spec has no user mapping (or maps root to the host's)", spec.ID)
+	}
+	if spec.Root.IDMapped && !caps.IDMappedLayers {
+		return errdefs.New(errdefs.NotImplemented, "sandbox %s: idmapped layers: %s", spec.ID, caps.Missing["idmapped_layers"])
+	}
+	if !slices.Contains(caps.NetworkModes, spec.Network.Mode) {
+		if why := caps.Missing["network_link"]; why != "" && spec.Network.Mode == runtime.NetworkLink {
+			return errdefs.New(errdefs.NotImplemented, "sandbox %s: network link: %s", spec.ID, why)
+		}
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: network mode %q: the %s runtime attaches %v", spec.ID, spec.Network.Mode, name, caps.NetworkModes)
+	}
+	if spec.Limits.DiskBytes > 0 && !caps.Limits.Disk {
+		return errdefs.New(errdefs.NotImplemented, "limits.disk_bytes: %s", caps.Missing["disk_bytes"])
+	}
+	return nil
+}
+
+// MakeSandbox makes sandbox spec's directory: owned by the daemon, its
+// group the sandbox's root; a ctl directory of the sandbox's root for the
+// guest's control socket; the writable layer (on a disk of its own with a
+// disk limit) holding the spec's files. It returns the directory and an
+// undo that removes all of it (for a create that fails later); on error
+// nothing is left.
+func (h *Host) MakeSandbox(ctx context.Context, spec runtime.Spec) (dir string, undo func() error, err error) {
+	dir = h.SandboxDir(spec.ID)
+	if err := os.Mkdir(dir, 0o710); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return "", nil, errdefs.New(errdefs.AlreadyExists, "sandbox %q already has a directory", spec.ID)
+		}
+		return "", nil, fmt.Errorf("make sandbox dir: %w", err)
+	}
+	undo = func() error {
+		uerr := layer.UnmountDisk(dir)
+		if uerr != nil {
+			uerr = fmt.Errorf("unmount disk: %w", uerr)
+		}
+		return errors.Join(uerr, os.RemoveAll(dir))
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, undo())
+		}
+	}()
+	root := int(spec.Users.HostID)
+	if err := os.Chown(dir, 0, root); err != nil {
+		return "", nil, fmt.Errorf("chown sandbox dir: %w", err)
+	}
+	if err := layer.MakeDir(filepath.Join(dir, "ctl"), 0o700, root); err != nil {
+		return "", nil, err
+	}
+	upper, err := layer.Make(ctx, dir, spec.Limits.DiskBytes, root)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := layer.WriteFiles(upper, spec.Hostname, spec.Files, root); err != nil {
+		return "", nil, err
+	}
+	return dir, undo, nil
 }

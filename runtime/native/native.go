@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -301,26 +300,11 @@ func (r *Runtime) Close() error {
 
 // checkSpec refuses what this runtime cannot realize.
 func (r *Runtime) checkSpec(spec runtime.Spec) error {
-	if len(spec.Root.Layers) == 0 {
-		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: the spec has no root file system", spec.ID)
-	}
-	if spec.Users.Size == 0 || spec.Users.HostID == 0 {
-		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: the spec has no user mapping (or maps root to the host's)", spec.ID)
-	}
-	if spec.Root.IDMapped && !r.caps.IDMappedLayers {
-		return errdefs.New(errdefs.NotImplemented, "sandbox %s: idmapped layers: %s", spec.ID, r.caps.Missing["idmapped_layers"])
+	if err := local.CheckSpec(Name, r.caps, spec); err != nil {
+		return err
 	}
 	if spec.Root.IDMapped && len(spec.Root.Layers) > guestapi.MaxPassed {
 		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: %d layers, over the %d the native runtime mounts", spec.ID, len(spec.Root.Layers), guestapi.MaxPassed)
-	}
-	if !slices.Contains(r.caps.NetworkModes, spec.Network.Mode) {
-		if why := r.caps.Missing["network_link"]; why != "" && spec.Network.Mode == runtime.NetworkLink {
-			return errdefs.New(errdefs.NotImplemented, "sandbox %s: network link: %s", spec.ID, why)
-		}
-		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: network mode %q: the native runtime attaches %v", spec.ID, spec.Network.Mode, r.caps.NetworkModes)
-	}
-	if spec.Limits.DiskBytes > 0 && !r.caps.Limits.Disk {
-		return errdefs.New(errdefs.NotImplemented, "limits.disk_bytes: %s", r.caps.Missing["disk_bytes"])
 	}
 	return nil
 }
@@ -330,37 +314,17 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Ins
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	dir := r.SandboxDir(spec.ID)
-	if err := os.Mkdir(dir, 0o710); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return nil, errdefs.New(errdefs.AlreadyExists, "sandbox %q already has a directory", spec.ID)
-		}
-		return nil, fmt.Errorf("make sandbox dir: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			if uerr := layer.UnmountDisk(dir); uerr != nil {
-				r.log.Error("failed create: unmount disk", "sandbox", spec.ID, "err", uerr)
-			}
-			if rerr := os.RemoveAll(dir); rerr != nil {
-				r.log.Error("failed create: remove sandbox dir", "sandbox", spec.ID, "err", rerr)
-			}
-		}
-	}()
-	root := int(spec.Users.HostID)
-	if err := os.Chown(dir, 0, root); err != nil {
-		return nil, fmt.Errorf("chown sandbox dir: %w", err)
-	}
-	if err := layer.MakeDir(filepath.Join(dir, "ctl"), 0o700, root); err != nil {
-		return nil, err
-	}
-	upper, err := layer.Make(ctx, dir, spec.Limits.DiskBytes, root)
+	_, undo, err := r.MakeSandbox(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	if err := layer.WriteFiles(upper, spec.Hostname, spec.Files, root); err != nil {
-		return nil, err
-	}
+	defer func() {
+		if err != nil {
+			if uerr := undo(); uerr != nil {
+				r.log.Error("failed create: remove the sandbox's directory", "sandbox", spec.ID, "err", uerr)
+			}
+		}
+	}()
 	return r.boot(ctx, spec)
 }
 
