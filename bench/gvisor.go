@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/berthsh/berth/api"
@@ -154,7 +157,7 @@ func (s *suite) checkpoints(ctx context.Context, d *daemon) error {
 			t0 = time.Now()
 			if _, err := d.client.Resume(ctx, sb.ID); err != nil {
 				d.remove(sb.ID)
-				return fmt.Errorf("resume: %w", err)
+				return fmt.Errorf("resume: %w (daemon log: %s)", err, logTail(filepath.Join(s.cfg.work, "berth-gvisor-cold.log")))
 			}
 			resume = append(resume, ms(time.Since(t0)))
 		}
@@ -201,4 +204,16 @@ func (s *suite) gvisorMemory(ctx context.Context, d *daemon) error {
 		Metric{Group: "gvisor", Name: fmt.Sprintf("memory per idle gvisor sandbox: charged to its memory cgroup (%d sandboxes)", n), Subject: "berth gvisor", Unit: "MiB", Value: per(charged)},
 		Metric{Group: "gvisor", Name: fmt.Sprintf("memory per idle gvisor sandbox: PSS of its processes (%d: sentry, gofer, stubs)", procs), Subject: "berth gvisor", Unit: "MiB", Value: per(pss)})
 	return nil
+}
+
+// logTail is the last lines of a daemon's log that say something went wrong.
+func logTail(path string) string {
+	b, _ := os.ReadFile(path)
+	var bad []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "level=ERROR") || strings.Contains(line, "level=WARN") {
+			bad = append(bad, line)
+		}
+	}
+	return strings.Join(bad[max(0, len(bad)-3):], " | ")
 }

@@ -277,7 +277,7 @@ func rows(group, name string, subjects []subject, got map[string]series, base st
 	var out []Metric
 	for _, sub := range subjects {
 		shown := sub.name
-		if strings.HasPrefix(name, "exec round trip") && sub.execName != "" {
+		if (group == "exec" || strings.HasPrefix(name, "exec round trip")) && sub.execName != "" {
 			shown = sub.execName
 		}
 		m := Metric{Group: group, Name: name, Subject: shown, Unit: "ms", Target: targets[sub.name]}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -24,10 +25,23 @@ func TestRuntimesSayWhatTheyCan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].Name != "native" || !list[0].Default || !list[0].Available || list[0].Capabilities == nil {
+	byName := map[string]api.Runtime{}
+	for _, rt := range list {
+		byName[rt.Name] = rt
+	}
+	native, gv := byName["native"], byName["gvisor"]
+	if len(list) != 2 || !native.Default || !native.Available || native.Capabilities == nil || gv.Default || gv.Name != "gvisor" {
 		t.Fatalf("runtimes: %+v", list)
 	}
-	c := list[0].Capabilities
+	// gvisor runs where the daemon has runsc (make test gives it the pinned
+	// one); elsewhere it says why.
+	if gv.Available != (os.Getenv("BERTH_RUNSC") != "") || (!gv.Available && !strings.Contains(gv.Reason, "runsc")) {
+		t.Fatalf("gvisor: %+v", gv)
+	}
+	if gv.Available && (!gv.Capabilities.MemoryCheckpoint || native.Capabilities.MemoryCheckpoint || gv.Capabilities.Missing["network_link"] == "") {
+		t.Fatalf("memory checkpoints and links: gvisor %+v, native %+v", gv.Capabilities, native.Capabilities)
+	}
+	c := native.Capabilities
 	if strings.Join(c.Limits, ",") != "cpus,memory_bytes,pids,disk_bytes,open_files" ||
 		strings.Join(c.NetworkModes, ",") != "none,allowlist,open" || !c.StopStart || !c.UpdateLimits || !c.Stats {
 		t.Fatalf("native capabilities: %+v", c)
@@ -64,7 +78,12 @@ func TestRuntimesSayWhatTheyCan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := list[0].Capabilities; strings.Join(c.NetworkModes, ",") != "none" || !strings.Contains(c.Missing["network"], "no default route") {
+	for _, rt := range list {
+		if rt.Name == "native" {
+			native = rt
+		}
+	}
+	if c := native.Capabilities; strings.Join(c.NetworkModes, ",") != "none" || !strings.Contains(c.Missing["network"], "no default route") {
 		t.Fatalf("without an egress route: modes %v, missing %v", c.NetworkModes, c.Missing)
 	}
 }

@@ -88,7 +88,12 @@ func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table,
 			return nil
 		case <-s.suspend:
 		}
-		// Suspended: nothing of the host's stays open in here.
+		// Suspended: nothing of the host's stays open in here. A wake
+		// that came before (sent from inside) does not count.
+		select {
+		case <-wake:
+		default:
+		}
 		srv.Close()
 		<-served
 		s.streams.closeAll()

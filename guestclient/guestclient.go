@@ -303,8 +303,29 @@ func truncate(s string, n int) string {
 // Suspend asks the guest to close its listener and every connection until
 // its runtime signals it to listen again (guestapi.PathSuspend), and drops
 // this client's idle connections.
+//
+// It returns once the guest's listener refuses connections: the guest
+// answers first and closes after, and a checkpoint must not begin while
+// its socket is still open.
 func (c *Client) Suspend(ctx context.Context) error {
-	err := c.do(ctx, http.MethodPost, guestapi.PathSuspend, nil, nil, nil)
+	if err := c.do(ctx, http.MethodPost, guestapi.PathSuspend, nil, nil, nil); err != nil {
+		return err
+	}
 	c.Close()
-	return err
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		conn, err := c.dial(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return errdefs.Wrap(errdefs.Unavailable, ctx.Err(), "sandbox %s: the guest did not close its listener", c.id)
+			}
+			return nil
+		}
+		conn.Close()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Millisecond):
+		}
+	}
 }

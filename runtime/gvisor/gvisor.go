@@ -472,9 +472,16 @@ func (r *Runtime) wake(ctx context.Context, id string) error {
 }
 
 // socketFile leaves a unix socket file at path, owned by uid, with nothing
-// listening on it.
+// listening on it. It binds through a descriptor of the directory, so that
+// a long state dir cannot overflow sun_path.
 func socketFile(path string, uid int) error {
-	ln, err := net.Listen("unix", path)
+	fd, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("control socket file: %w", err)
+	}
+	defer unix.Close(fd)
+	short := fmt.Sprintf("/proc/self/fd/%d/%s", fd, filepath.Base(path))
+	ln, err := net.Listen("unix", short)
 	if err != nil {
 		return fmt.Errorf("control socket file: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/internal/testutil"
 	"github.com/berthsh/berth/runtime"
@@ -133,4 +134,69 @@ var WithoutSeccomp = map[string]string{
 	"keyctl":                           "gVisor has no kernel keyring (ENOSYS)",
 	"userfaultfd":                      "gVisor does not implement it (ENOSYS)",
 	"no new privileges":                "berth's profile sets no_new_privs as it installs; gVisor alone leaves it 0, and has no setuid binaries' host privileges to gain",
+}
+
+// failingRunsc is a runsc that fails the command verb: after the real
+// runsc did it, with after (a crash once the sandbox's processes run), or
+// instead of it.
+func failingRunsc(t *testing.T, verb string, after bool) string {
+	t.Helper()
+	real := testutil.Runsc(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	script := filepath.Join(dir, "runsc")
+	first := ""
+	if after {
+		first = "    \"" + real + "\" \"$@\" >/dev/null 2>&1\n"
+	}
+	body := "#!/bin/sh\nfor a in \"$@\"; do\n  if [ \"$a\" = " + verb + " ]; then\n" + first +
+		"    echo \"runsc " + verb + " crashed (a test)\" >&2\n    exit 3\n  fi\ndone\nexec \"" + real + "\" \"$@\"\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
+// TestRunscCrashMidCreate: a runsc that fails after it started the
+// sandbox's processes leaves nothing behind: no directory, runsc state,
+// cgroup, mount or process.
+func TestRunscCrashMidCreate(t *testing.T) {
+	for _, verb := range []string{"create", "start"} {
+		t.Run(verb, func(t *testing.T) {
+			bad := failingRunsc(t, verb, true)
+			h, state := harness(t, func(o *gvisor.Options) { o.Runsc = bad })
+			spec := h.Spec(t, runtime.Spec{})
+			_, err := h.Runtime.Create(t.Context(), spec)
+			if err == nil || !strings.Contains(err.Error(), "crashed") {
+				t.Fatalf("create with a runsc that fails at %s: %v", verb, err)
+			}
+			if l := leaks(state, spec.ID); len(l) > 0 {
+				t.Fatalf("traces after a failed create: %v", l)
+			}
+		})
+	}
+}
+
+// TestFailedCheckpointKeepsRunning: a checkpoint that fails leaves the
+// sandbox running as it was: its guest answers again, its processes go on.
+func TestFailedCheckpointKeepsRunning(t *testing.T) {
+	h, _ := harness(t, func(o *gvisor.Options) { o.Runsc = failingRunsc(t, "checkpoint", false) })
+	sb := runtimetest.Create(t, h, runtime.Spec{})
+	p, err := sb.Guest.Start(t.Context(), guestapi.ProcessSpec{Args: []string{"sleep", "600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Guest.Suspend(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cp := h.Runtime.(runtime.Checkpointer)
+	if _, err := cp.Checkpoint(t.Context(), sb.ID, sb.Inst.State); err == nil || !strings.Contains(err.Error(), "runs on") {
+		t.Fatalf("a failing checkpoint: %v", err)
+	}
+	if info, err := sb.Guest.Get(t.Context(), p.Pid); err != nil || !info.Running {
+		t.Fatalf("the process after a failed checkpoint: %+v %v", info, err)
+	}
+	if got := runtimetest.Sh(t, sb, "echo still-here"); got != "still-here" {
+		t.Fatalf("after a failed checkpoint: %q", got)
+	}
 }
