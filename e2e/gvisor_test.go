@@ -74,7 +74,7 @@ func TestGvisorThroughTheAPI(t *testing.T) {
 	if g, err := d.client.Grep(ctx, sb.ID, api.GrepRequest{Pattern: "two", Path: "/home/user"}); err != nil || len(g.Matches) != 1 {
 		t.Fatalf("grep: %+v %v", g, err)
 	}
-	p, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done"})
+	p, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestPauseWithMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loop, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.02; done"})
+	loop, err := d.client.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.02; done"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -400,8 +400,8 @@ func (r *Runtime) bootFrom(ctx context.Context, spec runtime.Spec, image, token 
 		return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
 	}
 	tPrep := time.Now()
-	// runsc create starts the sandbox's processes (the sentry, the gofer)
-	// as its children: born in the sandbox's cgroup, they stay there.
+	// runsc starts the sandbox's processes (the sentry, the gofer) as its
+	// children: born in the sandbox's cgroup, they stay there.
 	pidFile := filepath.Join(dir, "pid")
 	os.Remove(pidFile)
 	// Its output goes to a file, not a pipe: the sandbox inherits runsc's
@@ -411,7 +411,9 @@ func (r *Runtime) bootFrom(ctx context.Context, spec runtime.Spec, image, token 
 	if err != nil {
 		return nil, fmt.Errorf("runsc log: %w", err)
 	}
-	args := []string{"create", "--bundle=" + dir, "--pid-file=" + pidFile, spec.ID}
+	// One runsc for create and start (run --detach): a second would read
+	// the bundle and the state again.
+	args := []string{"run", "--detach", "--bundle=" + dir, "--pid-file=" + pidFile, spec.ID}
 	if image != "" {
 		args = []string{"restore", "--detach", "--image-path=" + image, "--bundle=" + dir, "--pid-file=" + pidFile, spec.ID}
 	}
@@ -443,21 +445,18 @@ func (r *Runtime) bootFrom(ctx context.Context, spec runtime.Spec, image, token 
 	if !ok {
 		return nil, fmt.Errorf("runsc sandbox %d exited before its start", pid)
 	}
-	if image == "" {
-		err = r.run(ctx, spec.ID, "start", spec.ID)
-	} else {
-		err = r.wake(ctx, spec.ID)
-	}
-	if err != nil {
-		return nil, err
+	if image != "" {
+		if err := r.wake(ctx, spec.ID); err != nil {
+			return nil, err
+		}
 	}
 	tStart := time.Now()
 	dial := r.dialer(spec.ID, spec.Users.HostID)
 	if err := waitReady(ctx, dial, exited); err != nil {
 		return nil, fmt.Errorf("guest of %s did not start: %w", spec.ID, err)
 	}
-	r.log.Debug("create phases", "sandbox", spec.ID, "prepare", tPrep.Sub(t0), "runsc_create", tCreate.Sub(tPrep),
-		"runsc_start", tStart.Sub(tCreate), "guest_ready", time.Since(tStart))
+	r.log.Debug("create phases", "sandbox", spec.ID, "prepare", tPrep.Sub(t0), "runsc_run", tCreate.Sub(tPrep),
+		"watch", tStart.Sub(tCreate), "guest_ready", time.Since(tStart))
 	r.files.Store(spec.ID, spec.Limits.OpenFiles)
 	st, err := json.Marshal(persisted{Pid: pid, StartTime: start, Token: token, Owner: spec.Users.HostID, OpenFiles: spec.Limits.OpenFiles})
 	if err != nil {
@@ -620,7 +619,7 @@ func waitReady(ctx context.Context, dial func(context.Context) (net.Conn, error)
 			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 10*time.Millisecond)
+		wait = min(2*wait, 2*time.Millisecond)
 	}
 }
 

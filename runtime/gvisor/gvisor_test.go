@@ -29,7 +29,7 @@ func newRuntime(t testing.TB, opts ...func(*gvisor.Options)) (*gvisor.Runtime, s
 	if os.Getenv("BERTH_TEST_DEBUG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	o := gvisor.Options{Runsc: runsc, CgroupRoot: cgroupRoot, Debug: os.Getenv("BERTH_TEST_DEBUG") != ""}
+	o := gvisor.Options{Runsc: runsc, CgroupRoot: cgroupRoot, Debug: os.Getenv("BERTH_TEST_RUNSC_DEBUG") != ""}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -157,11 +157,11 @@ func failingRunsc(t *testing.T, verb string, after bool) string {
 	return script
 }
 
-// TestRunscCrashMidCreate: a runsc that fails after it started the
+// TestRunscCrashMidCreate: a runsc (run --detach) that fails after it started the
 // sandbox's processes leaves nothing behind: no directory, runsc state,
 // cgroup, mount or process.
 func TestRunscCrashMidCreate(t *testing.T) {
-	for _, verb := range []string{"create", "start"} {
+	for _, verb := range []string{"run"} {
 		t.Run(verb, func(t *testing.T) {
 			bad := failingRunsc(t, verb, true)
 			h, state := harness(t, func(o *gvisor.Options) { o.Runsc = bad })

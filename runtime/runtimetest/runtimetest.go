@@ -82,7 +82,7 @@ func testCheckpoint(t *testing.T, h Harness) {
 	sb := Create(t, h, runtime.Spec{})
 	ctx := t.Context()
 	loop, err := sb.Guest.Start(ctx, guestapi.ProcessSpec{Args: []string{"/bin/sh", "-c",
-		"i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.02; done"}, User: "root"})
+		"i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.02; done"}, User: "root"})
 	if err != nil {
 		t.Fatal(err)
 	}

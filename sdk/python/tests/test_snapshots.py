@@ -261,7 +261,7 @@ def test_pause_and_resume(client: Berth) -> None:
 
 def test_pause_with_memory(client: Berth) -> None:
     with client.create(runtime="gvisor") as sb:
-        pid = sb.start_process(["sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done"])
+        pid = sb.start_process(["sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/n.new; mv /tmp/n.new /tmp/n; sleep 0.05; done"])
         sb.exec("sleep 0.3")
         info = sb.pause(memory=True)
         assert info.state == "paused" and info.raw["checkpointed"]
