@@ -192,12 +192,16 @@ func bootFile(ctx context.Context, path string, log *slog.Logger) error {
 	return runCore(ctx, ln, relisten, b, log)
 }
 
-func runCore(ctx context.Context, ln net.Listener, relisten func() (net.Listener, error), b guestapi.Bootstrap, log *slog.Logger) error {
+func runCore(ctx context.Context, ln net.Listener, relisten *relistener, b guestapi.Bootstrap, log *slog.Logger) error {
 	log.Info("guest ready", "id", b.ID)
 	// Off the create's critical path; new threads inherit the seccomp filter
 	// and the reduced capabilities of the thread that clones them.
 	go reserveThreads(threadReserve)
-	return Run(ctx, ln, Config{Token: b.Token, Hostname: b.Hostname, FilesRoot: "/", Relisten: relisten}, log)
+	cfg := Config{Token: b.Token, Hostname: b.Hostname, FilesRoot: "/"}
+	if relisten != nil {
+		cfg.Relisten, cfg.Unlisten = relisten.listen, relisten.remove
+	}
+	return Run(ctx, ln, cfg, log)
 }
 
 func reportFailure(status *os.File, err error) error {
@@ -212,7 +216,7 @@ func reportFailure(status *os.File, err error) error {
 // mounts its layers may name), the hostname and loopback, and finally the
 // guest's own hardening. The guest expects its own mount, UTS and network
 // namespaces (the runtime made them).
-func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener, func() (net.Listener, error), error) {
+func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener, *relistener, error) {
 	if b.Token == "" {
 		return nil, nil, errors.New("bootstrap: no token")
 	}
@@ -228,7 +232,7 @@ func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener
 	if err != nil {
 		return nil, nil, err
 	}
-	fail := func(err error) (net.Listener, func() (net.Listener, error), error) {
+	fail := func(err error) (net.Listener, *relistener, error) {
 		ln.Close()
 		return nil, nil, err
 	}
@@ -345,9 +349,9 @@ func hide(dir string) error {
 // listen opens the control listener at addr ("unix:PATH"). The socket is
 // bound through a descriptor of its directory, so that a long path cannot
 // overflow sun_path, and a stale socket file is replaced. With keep, it
-// also returns a function that listens there again, through a descriptor
-// of the directory kept open (the guest may hide the path meanwhile).
-func listen(addr string, keep bool) (net.Listener, func() (net.Listener, error), error) {
+// also returns a relistener over a descriptor of the directory kept open
+// (the guest may hide the path meanwhile).
+func listen(addr string, keep bool) (net.Listener, *relistener, error) {
 	path, ok := strings.CutPrefix(addr, guestapi.ListenUnix)
 	if !ok || path == "" || !strings.HasPrefix(path, "/") {
 		return nil, nil, fmt.Errorf("bootstrap: listen address %q: want %sABSOLUTE-PATH", addr, guestapi.ListenUnix)
@@ -373,5 +377,12 @@ func listen(addr string, keep bool) (net.Listener, func() (net.Listener, error),
 		unix.Close(fd)
 		return ln, nil, err
 	}
-	return ln, at, nil
+	return ln, &relistener{listen: at, remove: func() error { return unix.Unlinkat(fd, name, 0) }}, nil
+}
+
+// relistener listens again where the guest first listened, and removes
+// the socket file there (the runtime's sign that the guest let go of it).
+type relistener struct {
+	listen func() (net.Listener, error)
+	remove func() error
 }

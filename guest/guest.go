@@ -25,8 +25,10 @@ type Config struct {
 	Hostname string
 	// FilesRoot is the directory the file API serves: "/" in a sandbox.
 	FilesRoot string
-	// Relisten, unless nil, makes the guest suspendable (see Serve).
+	// Relisten, unless nil, makes the guest suspendable (see Serve), and
+	// Unlisten removes the socket file once it let go of it.
 	Relisten func() (net.Listener, error)
+	Unlisten func() error
 }
 
 // Run serves the guest protocol on l until ctx ends or serving fails. It owns
@@ -43,7 +45,7 @@ func Run(ctx context.Context, l net.Listener, cfg Config, log *slog.Logger) erro
 	defer cancel()
 	reaped := make(chan error, 1)
 	go func() { reaped <- table.Run(ctx) }()
-	err = Serve(ctx, l, cfg.Token, table, fs, cfg.Relisten, log)
+	err = Serve(ctx, l, cfg.Token, table, fs, cfg.Relisten, cfg.Unlisten, log)
 	cancel()
 	table.Close()
 	<-reaped

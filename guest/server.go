@@ -36,9 +36,10 @@ const (
 // shuts the server down, giving open requests a short grace before their
 // connections are closed (an exec whose connection closes kills its process).
 // With relisten, it can be suspended (guestapi.PathSuspend): it closes l
-// and every connection, and serves again on relisten's listener once
+// and every connection, removes the socket file (unlisten: the runtime
+// waits for that), and serves again on relisten's listener once
 // guestapi.RelistenSignal arrives.
-func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table, fs *files.Service, relisten func() (net.Listener, error), log *slog.Logger) error {
+func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table, fs *files.Service, relisten func() (net.Listener, error), unlisten func() error, log *slog.Logger) error {
 	s := &server{auth: []byte("Bearer " + token), token: token, table: table, log: log}
 	var wake chan os.Signal
 	if relisten != nil {
@@ -97,6 +98,11 @@ func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table,
 		srv.Close()
 		<-served
 		s.streams.closeAll()
+		if unlisten != nil {
+			if err := unlisten(); err != nil {
+				log.Warn("remove the control socket", "err", err)
+			}
+		}
 		log.Info("guest suspended; waiting for the signal to listen again")
 		select {
 		case <-ctx.Done():

@@ -50,7 +50,7 @@ func serve(tb testing.TB) *guestConn {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { fs.Close() })
-	go func() { served <- Serve(ctx, l, testToken, table, fs, nil, log) }()
+	go func() { served <- Serve(ctx, l, testToken, table, fs, nil, nil, log) }()
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)

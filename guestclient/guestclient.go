@@ -10,11 +10,13 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/berthsh/berth/api/guestapi"
@@ -304,9 +306,10 @@ func truncate(s string, n int) string {
 // its runtime signals it to listen again (guestapi.PathSuspend), and drops
 // this client's idle connections.
 //
-// It returns once the guest's listener refuses connections: the guest
-// answers first and closes after, and a checkpoint must not begin while
-// its socket is still open.
+// It returns once the guest has let go of its socket, which it says by
+// removing the socket file (a dial then finds no file): the guest answers
+// first and closes after, and a checkpoint must not begin while its
+// socket is still open.
 func (c *Client) Suspend(ctx context.Context) error {
 	if err := c.do(ctx, http.MethodPost, guestapi.PathSuspend, nil, nil, nil); err != nil {
 		return err
@@ -316,15 +319,15 @@ func (c *Client) Suspend(ctx context.Context) error {
 	defer cancel()
 	for {
 		conn, err := c.dial(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return errdefs.Wrap(errdefs.Unavailable, ctx.Err(), "sandbox %s: the guest did not close its listener", c.id)
-			}
+		if errors.Is(err, syscall.ENOENT) {
 			return nil
 		}
-		conn.Close()
+		if err == nil {
+			conn.Close()
+		}
 		select {
 		case <-ctx.Done():
+			return errdefs.Wrap(errdefs.Unavailable, ctx.Err(), "sandbox %s: the guest did not let go of its socket", c.id)
 		case <-time.After(time.Millisecond):
 		}
 	}

@@ -37,7 +37,7 @@ func guestOnSocket(t testing.TB) (*guestclient.Client, func() error, func(contex
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- guest.Serve(ctx, l, token, proc.NewTable(log, proc.Defaults{}), fs, nil, log) }()
+	go func() { served <- guest.Serve(ctx, l, token, proc.NewTable(log, proc.Defaults{}), fs, nil, nil, log) }()
 	dial := func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)

@@ -45,7 +45,7 @@ func guestWithProcesses(t *testing.T) *guestclient.Client {
 	ctx, cancel := context.WithCancel(context.Background())
 	served, reaped := make(chan error, 1), make(chan struct{})
 	go func() { table.Run(ctx); close(reaped) }()
-	go func() { served <- guest.Serve(ctx, l, token, table, fs, nil, log) }()
+	go func() { served <- guest.Serve(ctx, l, token, table, fs, nil, nil, log) }()
 	c := guestclient.New("sb-term", token, func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
