@@ -311,3 +311,27 @@ func TestE2BPauseKeepsMemoryOnGvisor(t *testing.T) {
 		t.Fatalf("the process after connect: %+v %v", pr, err)
 	}
 }
+
+// TestGvisorBootLimits: pids and open files are rlimits of gVisor's kernel,
+// fixed at boot. A create from the warm pool with other values gets a
+// sandbox booted with them, and a change on a running sandbox is refused.
+func TestGvisorBootLimits(t *testing.T) {
+	d := startGvisorDaemon(t, "--default-runtime", "gvisor", "--warm-pool", "1")
+	ctx := t.Context()
+	waitFor(t, 30*time.Second, func() bool {
+		pools, err := d.client.Pools(ctx)
+		return err == nil && len(pools) == 1 && pools[0].Ready == 1
+	})
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Limits: api.Limits{Pids: 100, OpenFiles: 300}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "awk '/Max processes/{print $3}' /proc/self/limits; ulimit -n"})
+	if err != nil || string(r.Stdout) != "100\n300\n" {
+		t.Fatalf("rlimits inside: %q %v", r.Stdout, err)
+	}
+	_, err = d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Limits: &api.Limits{Pids: 200}})
+	if !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "limits.pids") || !strings.Contains(err.Error(), "gvisor") {
+		t.Fatalf("a pids change on gvisor: %v", err)
+	}
+}

@@ -82,7 +82,7 @@ type Runtime struct {
 	base    string // the read-only layer of the mount points berth needs
 	watcher *hostproc.Watcher
 
-	files sync.Map // sandbox id -> its RLIMIT_NOFILE (int64), fixed at boot
+	fixed sync.Map // sandbox id -> its bootLimits, fixed at boot
 	// ooms keeps a stopped sandbox's last OOM count (int64) until it boots
 	// again: an OOM kills the whole sandbox here, and whoever asks why it
 	// ended may ask after its cgroup is gone.
@@ -97,6 +97,7 @@ type persisted struct {
 	Token     string `json:"token"`
 	Owner     uint32 `json:"owner"`
 	OpenFiles int64  `json:"open_files,omitempty"`
+	Pids      int64  `json:"pids,omitempty"`
 	// Checkpoint names the image, in the sandbox's directory, of a
 	// checkpointed sandbox ("" while it runs or is stopped).
 	Checkpoint string `json:"checkpoint,omitempty"`
@@ -457,8 +458,9 @@ func (r *Runtime) bootFrom(ctx context.Context, spec runtime.Spec, image, token 
 	}
 	r.log.Debug("create phases", "sandbox", spec.ID, "prepare", tPrep.Sub(t0), "runsc_run", tCreate.Sub(tPrep),
 		"watch", tStart.Sub(tCreate), "guest_ready", time.Since(tStart))
-	r.files.Store(spec.ID, spec.Limits.OpenFiles)
-	st, err := json.Marshal(persisted{Pid: pid, StartTime: start, Token: token, Owner: spec.Users.HostID, OpenFiles: spec.Limits.OpenFiles})
+	r.fixed.Store(spec.ID, bootLimits{openFiles: spec.Limits.OpenFiles, pids: spec.Limits.Pids})
+	st, err := json.Marshal(persisted{Pid: pid, StartTime: start, Token: token, Owner: spec.Users.HostID,
+		OpenFiles: spec.Limits.OpenFiles, Pids: spec.Limits.Pids})
 	if err != nil {
 		return nil, err
 	}
@@ -655,7 +657,7 @@ func (r *Runtime) Attach(ctx context.Context, id string, state json.RawMessage) 
 	if !ok {
 		return nil, errdefs.New(errdefs.Unavailable, "sandbox %s: its gVisor sandbox (pid %d) is gone", id, st.Pid)
 	}
-	r.files.Store(id, st.OpenFiles)
+	r.fixed.Store(id, bootLimits{openFiles: st.OpenFiles, pids: st.Pids})
 	return &runtime.Instance{State: state, Dial: r.dialer(id, st.Owner), Token: st.Token, Exited: exited}, nil
 }
 
@@ -676,7 +678,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 // state, every process in its cgroup, its root mount and the cgroup.
 func (r *Runtime) teardown(ctx context.Context, id string) error {
 	r.Forget(id)
-	r.files.Delete(id)
+	r.fixed.Delete(id)
 	r.ooms.Delete(id)
 	var errs []error
 	if exists(filepath.Join(r.cfg.StateDir, "runsc", id)) || r.known(id) {
@@ -752,11 +754,25 @@ func cgroupLimits(l runtime.Limits) cgroup.Limits {
 	return c
 }
 
-// SetLimits implements runtime.Updater. RLIMIT_NOFILE is fixed when the
-// sandbox boots: gVisor's tasks are not host processes that prlimit reaches.
+// bootLimits are the limits gVisor's kernel took as rlimits at boot.
+type bootLimits struct{ openFiles, pids int64 }
+
+// SetLimits implements runtime.Updater. Open files and pids are fixed when
+// the sandbox boots (RLIMIT_NOFILE and RLIMIT_NPROC inside gVisor's
+// kernel, whose tasks are not host processes that prlimit reaches): a
+// change of either is refused, and a warm pool's hand-over that needs one
+// boots a new sandbox instead.
 func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) error {
-	if v, ok := r.files.Load(id); ok && l.OpenFiles > 0 && l.OpenFiles != v.(int64) {
-		return errdefs.New(errdefs.NotImplemented, "limits.open_files: the gvisor runtime sets it when a sandbox boots; stop and start the sandbox to change it")
+	if v, ok := r.fixed.Load(id); ok {
+		b := v.(bootLimits)
+		for _, c := range []struct {
+			name     string
+			now, was int64
+		}{{"open_files", l.OpenFiles, b.openFiles}, {"pids", l.Pids, b.pids}} {
+			if c.now > 0 && c.now != c.was {
+				return errdefs.New(errdefs.NotImplemented, "limits.%s: the gvisor runtime fixes it when a sandbox boots (%d here): create a sandbox with the limit it needs", c.name, c.was)
+			}
+		}
 	}
 	cg, err := r.Group(id)
 	if err != nil {
