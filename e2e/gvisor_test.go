@@ -11,6 +11,7 @@ import (
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
+	"github.com/berthsh/berth/internal/testnet"
 	"github.com/berthsh/berth/internal/testutil"
 )
 
@@ -333,5 +334,75 @@ func TestGvisorBootLimits(t *testing.T) {
 	_, err = d.client.UpdateSandbox(ctx, sb.ID, api.UpdateSandboxRequest{Limits: &api.Limits{Pids: 200}})
 	if !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "limits.pids") || !strings.Contains(err.Error(), "gvisor") {
 		t.Fatalf("a pids change on gvisor: %v", err)
+	}
+}
+
+// TestGvisorNetwork: a gvisor sandbox's network goes through the same link
+// and policy as native's: open and allowlist, a refusal logged, HTTPS,
+// none and back, stop and start, a daemon killed with -9; and a sandbox
+// booted without a link is told it cannot get one.
+func TestGvisorNetwork(t *testing.T) {
+	inet := newInternet(t)
+	d := startGvisorDaemon(t, "--default-runtime", "gvisor")
+	d.stop()
+	d.args = append(d.args, d.withInternet(inet)...)
+	d.start()
+	curl := func(id, when string) {
+		t.Helper()
+		if out, code := sh(t, d, id, "curl -sS -m 5 http://web.test/hello"); code != 0 || out != "web web.test /hello\n" {
+			t.Fatalf("%s: %q %d", when, out, code)
+		}
+	}
+	open := createWith(t, d, api.Network{Mode: api.NetworkOpen})
+	curl(open, "open")
+	py := `python3 -c "import urllib.request; print(urllib.request.urlopen('https://api.test/', timeout=5).status)"`
+	if out, code := sh(t, d, open, py); code != 0 || strings.TrimSpace(out) != "200" {
+		t.Fatalf("https in open mode: %q %d", out, code)
+	}
+	al := createWith(t, d, api.Network{Mode: api.NetworkAllowlist, Allow: []string{"web.test:80"}})
+	curl(al, "allowlist")
+	if out, code := sh(t, d, al, "curl -sS -m 5 http://evil.test/"); code != 6 {
+		t.Fatalf("a name not allowed: %q %d, want curl's 6", out, code)
+	}
+	waitEgress(t, d, al, "the refused query", func(r api.EgressRecord) bool {
+		return r.Proto == api.EgressDNS && r.Name == "evil.test" && !r.Allowed
+	})
+	if _, err := d.client.SetNetwork(t.Context(), al, api.Network{Mode: api.NetworkNone}); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := sh(t, d, al, "curl -sS -m 3 http://web.test/"); code == 0 {
+		t.Fatal("mode none still reached the test net")
+	}
+	if _, err := d.client.SetNetwork(t.Context(), al, api.Network{Mode: api.NetworkOpen}); err != nil {
+		t.Fatal(err)
+	}
+	curl(al, "none and back to open")
+	if _, err := d.client.StopSandbox(t.Context(), open); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.StartSandbox(t.Context(), open); err != nil {
+		t.Fatal(err)
+	}
+	curl(open, "after stop and start")
+	d.kill9()
+	d.start()
+	if err := testnet.WaitFor(t.Context(), 5*time.Second, func() bool {
+		_, code := sh(t, d, open, "curl -sS -m 1 http://web.test/")
+		return code == 0
+	}); err != nil {
+		t.Fatal("egress not back after the daemon's restart")
+	}
+	none := createWith(t, d, api.Network{Mode: api.NetworkNone})
+	_, err := d.client.SetNetwork(t.Context(), none, api.Network{Mode: api.NetworkOpen})
+	if !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "boots") {
+		t.Fatalf("a link for a gvisor sandbox booted without one: %v", err)
+	}
+	for _, id := range []string{open, al, none} {
+		if err := d.client.DeleteSandbox(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		if tr := d.traces(id); len(tr) != 0 {
+			t.Fatalf("traces of %s: %v", id, tr)
+		}
 	}
 }

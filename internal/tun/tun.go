@@ -7,6 +7,7 @@ package tun
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	goruntime "runtime"
@@ -23,6 +24,28 @@ import (
 // thrown away after. The device takes IP packets without a packet
 // information header (IFF_TUN | IFF_NO_PI).
 func Create(nsPath, name string, addr, gateway netip.Addr, mtu int) (*os.File, error) {
+	return createIn(nsPath, name, addr, gateway, mtu, 0)
+}
+
+// CreateOnSubnet is Create with the gateway on the device's subnet (the
+// narrowest of at most /30 that holds both addresses) instead of as its
+// point-to-point peer: what gVisor's runsc can copy into its own stack
+// (it removes the addresses it copied by address and prefix alone).
+func CreateOnSubnet(nsPath, name string, addr, gateway netip.Addr, mtu int) (*os.File, error) {
+	bits := 30
+	for bits > 0 {
+		p, _ := addr.Prefix(bits)
+		if p.Contains(gateway) {
+			break
+		}
+		bits--
+	}
+	return createIn(nsPath, name, addr, gateway, mtu, bits)
+}
+
+// createIn is Create; subnet, when not 0, is the prefix length of a
+// subnet that holds the gateway instead of a point-to-point peer.
+func createIn(nsPath, name string, addr, gateway netip.Addr, mtu, subnet int) (*os.File, error) {
 	ns, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open network namespace: %w", err)
@@ -34,7 +57,7 @@ func Create(nsPath, name string, addr, gateway netip.Addr, mtu int) (*os.File, e
 			return fmt.Errorf("enter network namespace: %w", err)
 		}
 		var err error
-		fd, err = create(name, addr, gateway, mtu)
+		fd, err = create(name, addr, gateway, mtu, subnet)
 		return err
 	})
 	if err != nil {
@@ -44,7 +67,7 @@ func Create(nsPath, name string, addr, gateway netip.Addr, mtu int) (*os.File, e
 }
 
 // create runs in the namespace.
-func create(linkName string, addr, gateway netip.Addr, mtu int) (int, error) {
+func create(linkName string, addr, gateway netip.Addr, mtu, subnet int) (int, error) {
 	tun, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
@@ -74,8 +97,17 @@ func create(linkName string, addr, gateway netip.Addr, mtu int) (int, error) {
 	if err := setAddr(s, linkName, unix.SIOCSIFADDR, addr); err != nil {
 		return -1, fmt.Errorf("address %s: %w", addr, err)
 	}
-	if err := setAddr(s, linkName, unix.SIOCSIFDSTADDR, gateway); err != nil {
-		return -1, fmt.Errorf("peer %s: %w", gateway, err)
+	flags := uint16(unix.IFF_UP | unix.IFF_RUNNING | unix.IFF_NOARP)
+	if subnet == 0 {
+		if err := setAddr(s, linkName, unix.SIOCSIFDSTADDR, gateway); err != nil {
+			return -1, fmt.Errorf("peer %s: %w", gateway, err)
+		}
+		flags |= unix.IFF_POINTOPOINT
+	} else {
+		mask := netip.AddrFrom4([4]byte(net.CIDRMask(subnet, 32)))
+		if err := setAddr(s, linkName, unix.SIOCSIFNETMASK, mask); err != nil {
+			return -1, fmt.Errorf("netmask /%d: %w", subnet, err)
+		}
 	}
 	mtuReq, _ := unix.NewIfreq(linkName)
 	mtuReq.SetUint32(uint32(mtu))
@@ -83,7 +115,7 @@ func create(linkName string, addr, gateway netip.Addr, mtu int) (int, error) {
 		return -1, fmt.Errorf("mtu %d: %w", mtu, err)
 	}
 	up, _ := unix.NewIfreq(linkName)
-	up.SetUint16(unix.IFF_UP | unix.IFF_RUNNING | unix.IFF_POINTOPOINT | unix.IFF_NOARP)
+	up.SetUint16(flags)
 	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, up); err != nil {
 		return -1, fmt.Errorf("bring %s up: %w", linkName, err)
 	}
@@ -137,4 +169,49 @@ type rtentry struct {
 	MTU     uint64
 	Window  uint64
 	IRTT    uint16
+}
+
+// Persist makes the device of f outlive its descriptor (TUNSETPERSIST): a
+// daemon that restarts finds it again with Attach.
+func Persist(f *os.File) error {
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.TUNSETPERSIST, 1); err != nil {
+		return fmt.Errorf("keep the link: %w", err)
+	}
+	return nil
+}
+
+// Attach opens existing device name in the network namespace at nsPath
+// (a persistent one whose descriptor was closed) without changing it.
+func Attach(nsPath, name string) (*os.File, error) {
+	ns, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open network namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	fd := -1
+	_, err = osthread.Discarded(func(int) error {
+		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("enter network namespace: %w", err)
+		}
+		tun, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		ifr, err := unix.NewIfreq(name)
+		if err != nil {
+			unix.Close(tun)
+			return err
+		}
+		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+		if err := unix.IoctlIfreq(tun, unix.TUNSETIFF, ifr); err != nil {
+			unix.Close(tun)
+			return fmt.Errorf("attach to %s: %w", name, err)
+		}
+		fd = tun
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "tun"), nil
 }

@@ -67,6 +67,7 @@ type ociLinux struct {
 
 type ociNamespace struct {
 	Type string `json:"type"`
+	Path string `json:"path,omitempty"`
 }
 
 type ociIDMapping struct {
@@ -102,8 +103,8 @@ const (
 // bundleSpec is the OCI config of sandbox spec: the guest as init on the
 // root file system at rootfs, the host's directories ctl and bin at ctlDir
 // and binDir, tmp (unless nil) and the spec's mounts, as the sandbox's ids
-// map.
-func bundleSpec(spec runtime.Spec, rootfs string, tmp *runtime.Mount, ctl, bin, guest string, env []string) ociSpec {
+// map; in network namespace netns ("": a new, empty one).
+func bundleSpec(spec runtime.Spec, rootfs string, tmp *runtime.Mount, ctl, bin, netns, guest string, env []string) ociSpec {
 	caps := ociCapabilities{Bounding: allCapabilities, Effective: allCapabilities, Permitted: allCapabilities}
 	p := ociProcess{
 		Args:         []string{binDir + "/" + guest, "guest", "--bootstrap", ctlDir + "/" + bootstrapFile},
@@ -144,7 +145,11 @@ func bundleSpec(spec runtime.Spec, rootfs string, tmp *runtime.Mount, ctl, bin, 
 	ids := []ociIDMapping{{ContainerID: 0, HostID: spec.Users.HostID, Size: spec.Users.Size}}
 	var ns []ociNamespace
 	for _, t := range []string{"pid", "network", "ipc", "uts", "mount", "user"} {
-		ns = append(ns, ociNamespace{Type: t})
+		n := ociNamespace{Type: t}
+		if t == "network" {
+			n.Path = netns
+		}
+		ns = append(ns, n)
 	}
 	return ociSpec{
 		Version:  "1.0.2",

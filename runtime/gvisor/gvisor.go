@@ -205,9 +205,13 @@ func (r *Runtime) capabilities() runtime.Capabilities {
 		Stats:        true,
 		Snapshot:     true,
 		Missing: map[string]string{
-			"network_link":    "the gvisor runtime runs sandboxes without a network link yet (loopback only)",
 			"idmapped_layers": "runsc serves the root through its gofer, which does not use idmapped mounts: image layers are copied once per sandbox's id range",
 		},
+	}
+	if why := tunSupport(); why != "" {
+		c.Missing["network_link"] = why
+	} else {
+		c.NetworkModes = append(c.NetworkModes, runtime.NetworkLink)
 	}
 	var cpus unix.CPUSet
 	if unix.SchedGetaffinity(0, &cpus) == nil {
@@ -250,6 +254,7 @@ var (
 	_ runtime.Capturer      = (*Runtime)(nil)
 	_ runtime.Archiver      = (*Runtime)(nil)
 	_ runtime.Checkpointer  = (*Runtime)(nil)
+	_ runtime.Linker        = (*Runtime)(nil)
 )
 
 // checkSpec refuses what this runtime cannot realize.
@@ -304,14 +309,21 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 // flags are runsc's global flags, the same for every command on a sandbox
 // (runsc reads its configuration again at each).
 func (r *Runtime) flags(id string) []string {
-	f := []string{
+	// Loopback only in gVisor's own stack, or, with a link, the interface
+	// of the sandbox's network namespace copied into it (see link.go).
+	network := []string{"--network=none"}
+	if linked(r.SandboxDir(id)) {
+		network = []string{"--network=sandbox", "--gso=false", "--software-gso=false"}
+	}
+	f := append([]string{
 		"--root=" + filepath.Join(r.cfg.StateDir, "runsc"),
 		"--platform=" + r.opts.Platform,
-		"--network=none",    // loopback only, in gVisor's own network stack
+	}, network...)
+	f = append(f,
 		"--host-uds=create", // the guest binds its control socket on the host
 		"--overlay2=none",   // writes go through to the sandbox's writable layer
 		"--ignore-cgroups",  // berth's cgroup holds the sandbox (see boot)
-	}
+	)
 	if r.opts.Debug {
 		f = append(f, "--debug", "--debug-log="+filepath.Join(r.SandboxDir(id), "runsc")+"/")
 	}
@@ -388,7 +400,23 @@ func (r *Runtime) bootFrom(ctx context.Context, spec runtime.Spec, image, token 
 			return nil, err
 		}
 	}
-	oci := bundleSpec(spec, rootfs, tmp, ctl, filepath.Join(r.cfg.StateDir, "bin"), r.guest, local.GuestEnv())
+	var link *runtime.Link
+	netns := ""
+	if spec.Network.Mode == runtime.NetworkLink {
+		if image != "" {
+			return nil, errdefs.New(errdefs.NotImplemented, "sandbox %s: a sandbox with a network link cannot be restored from memory yet", spec.ID)
+		}
+		if link, err = makeNetns(dir, spec.Network); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				link.File.Close()
+			}
+		}()
+		netns = filepath.Join(dir, netnsFile)
+	}
+	oci := bundleSpec(spec, rootfs, tmp, ctl, filepath.Join(r.cfg.StateDir, "bin"), netns, r.guest, local.GuestEnv())
 	if err := writeJSON(filepath.Join(dir, "config.json"), oci, 0, 0); err != nil {
 		return nil, err
 	}
@@ -464,7 +492,7 @@ func (r *Runtime) bootFrom(ctx context.Context, spec runtime.Spec, image, token 
 	if err != nil {
 		return nil, err
 	}
-	return &runtime.Instance{State: st, Dial: dial, Token: token, Exited: exited}, nil
+	return &runtime.Instance{State: st, Dial: dial, Token: token, Exited: exited, Link: link}, nil
 }
 
 // wake tells a suspended guest to listen again (guestapi.RelistenSignal).
@@ -703,6 +731,9 @@ func (r *Runtime) teardown(ctx context.Context, id string) error {
 	rootfs := filepath.Join(r.SandboxDir(id), "rootfs")
 	if err := unix.Unmount(rootfs, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		errs = append(errs, fmt.Errorf("unmount the root: %w", err))
+	}
+	if err := removeNetns(r.SandboxDir(id)); err != nil {
+		errs = append(errs, err)
 	}
 	os.Remove(filepath.Join(r.SandboxDir(id), "ctl", controlSocket))
 	if err := errors.Join(errs...); err != nil {

@@ -14,14 +14,10 @@ from berth.deepagents import BerthSandbox
 
 WEB = "http://203.0.113.10:8080/hello.txt"
 
-# A network link is the native runtime's (gvisor attaches none yet, and
-# refuses one: test_no_link_on_gvisor): these tests name it, so they test
-# the same thing whichever runtime the session's daemon defaults to.
-NATIVE = "native"
 
 
 def test_allowlist_egress_and_a_change(client: Berth) -> None:
-    with client.create(allow=["203.0.113.10/32:8080"], runtime=NATIVE) as sb:
+    with client.create(allow=["203.0.113.10/32:8080"]) as sb:
         assert sb.info.raw["network"]["mode"] == "allowlist"
         r = sb.exec(f"curl -sS -m 5 {WEB}")
         assert r.exit_code == 0, r.stderr
@@ -61,7 +57,7 @@ def test_secrets_never_come_back(client: Berth) -> None:
         assert listed and "value" not in listed[0]
         client.update_secret("sdk-key", "sk-sdk-9876543210")
         policy = {"mode": "open", "secrets": [{"secret": "sdk-key", "host": "api.example.com", "env": "SDK_KEY"}]}
-        with client.create(network=policy, runtime=NATIVE) as sb:
+        with client.create(network=policy) as sb:
             ph = sb.info.raw["network"]["secrets"][0]["placeholder"]
             assert ph.startswith("berth-ph-")
             assert sb.exec("echo $SDK_KEY").stdout.strip() == ph
@@ -75,7 +71,7 @@ def test_secrets_never_come_back(client: Berth) -> None:
 
 
 def test_deepagents_factory_with_a_network(client: Berth) -> None:
-    backend = BerthSandbox.create(client, allow=["203.0.113.10/32"], runtime=NATIVE)
+    backend = BerthSandbox.create(client, allow=["203.0.113.10/32"])
     try:
         r = backend.execute(f"curl -sS -m 5 {WEB}")
         assert r.exit_code == 0 and r.output == "hello from the test net\n"
@@ -89,7 +85,7 @@ def test_async_network(berth_url: str) -> None:
             await c.create_secret("sdk-async", "v-0123456789")
             assert any(s["name"] == "sdk-async" for s in await c.list_secrets())
             await c.delete_secret("sdk-async")
-            async with await c.create(network="open", runtime=NATIVE) as sb:
+            async with await c.create(network="open") as sb:
                 r = await sb.exec(f"curl -sS -m 5 {WEB}")
                 assert r.exit_code == 0
                 assert any(x["allowed"] for x in await sb.egress())
@@ -98,11 +94,11 @@ def test_async_network(berth_url: str) -> None:
     asyncio.run(main())
 
 
-def test_no_link_on_gvisor(client: Berth) -> None:
+def test_gvisor_link_comes_at_boot(client: Berth) -> None:
     caps = next(r for r in client.runtimes() if r["name"] == "gvisor")["capabilities"]
-    assert caps["network_modes"] == ["none"] and caps["missing"]["network_link"]
-    with pytest.raises(NotImplementedByRuntime) as exc:
-        client.create(network="open", runtime="gvisor")
-    assert "gvisor" in exc.value.message and "network" in exc.value.message
-    with client.create(runtime="gvisor") as sb, pytest.raises(NotImplementedByRuntime):
+    assert "open" in caps["network_modes"] and "allowlist" in caps["network_modes"]
+    with client.create(network="open", runtime="gvisor") as sb:
+        assert sb.exec(f"curl -sS -m 5 {WEB}").stdout == "hello from the test net\n"
+    with client.create(runtime="gvisor") as sb, pytest.raises(NotImplementedByRuntime) as exc:
         sb.set_network("open")
+    assert "boots" in exc.value.message
