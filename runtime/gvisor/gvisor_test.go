@@ -200,3 +200,10 @@ func TestFailedCheckpointKeepsRunning(t *testing.T) {
 		t.Fatalf("after a failed checkpoint: %q", got)
 	}
 }
+
+// TestForkBomb runs runtimetest.ForkBomb: a fork bomb stops at the pids
+// limit, enforced inside gVisor's kernel, and the sandbox answers after it.
+func TestForkBomb(t *testing.T) {
+	h, _ := harness(t)
+	runtimetest.ForkBomb(t, h)
+}
