@@ -83,6 +83,9 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, e
 		}
 		if ls != nil {
 			ls.lastActive.Store(m.cfg.Now().UnixNano())
+			// Connections that sat idle through the freeze may not have
+			// survived it (gVisor's, under load): the next call dials anew.
+			ls.guest.Close()
 		}
 		m.emit(id, api.SandboxResumed)
 		return nil
