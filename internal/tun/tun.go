@@ -215,3 +215,13 @@ func Attach(nsPath, name string) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), "tun"), nil
 }
+
+// Support says why this host cannot make TUN devices, or "".
+func Support() string {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Sprintf("a sandbox's network link is a TUN device, and /dev/net/tun cannot be opened here: %v", err)
+	}
+	unix.Close(fd)
+	return ""
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/internal/hostpath"
 	"github.com/berthsh/berth/internal/hostproc"
+	"github.com/berthsh/berth/internal/tun"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/runtime/layer"
 	"github.com/berthsh/berth/runtime/local"
@@ -208,23 +209,12 @@ func (r *Runtime) capabilities() runtime.Capabilities {
 			"idmapped_layers": "runsc serves the root through its gofer, which does not use idmapped mounts: image layers are copied once per sandbox's id range",
 		},
 	}
-	if why := tunSupport(); why != "" {
+	if why := tun.Support(); why != "" {
 		c.Missing["network_link"] = why
 	} else {
 		c.NetworkModes = append(c.NetworkModes, runtime.NetworkLink)
 	}
-	var cpus unix.CPUSet
-	if unix.SchedGetaffinity(0, &cpus) == nil {
-		c.Host.CPUs = float64(cpus.Count())
-	}
-	var si unix.Sysinfo_t
-	if unix.Sysinfo(&si) == nil {
-		c.Host.MemoryBytes = int64(si.Totalram) * int64(si.Unit)
-	}
-	var st unix.Statfs_t
-	if unix.Statfs(r.cfg.StateDir, &st) == nil {
-		c.Host.DiskBytes = int64(st.Blocks) * st.Bsize
-	}
+	c.Host = local.HostLimits(r.cfg.StateDir)
 	c.Host.OpenFiles = 1 << 20
 	if why := layer.DiskSupport(); why != "" {
 		c.Limits.Disk, c.GrowDisk = false, false
@@ -263,25 +253,16 @@ func (r *Runtime) checkSpec(spec runtime.Spec) error {
 }
 
 // Create implements runtime.Runtime.
-func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Instance, err error) {
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (*runtime.Instance, error) {
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	dir, undo, err := r.MakeSandbox(ctx, spec)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			if uerr := undo(); uerr != nil {
-				r.log.Error("failed create: remove the sandbox's directory", "sandbox", spec.ID, "err", uerr)
-			}
+	return r.Host.Create(ctx, spec, r.log, func(dir string) (*runtime.Instance, error) {
+		if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o700); err != nil {
+			return nil, fmt.Errorf("make rootfs: %w", err)
 		}
-	}()
-	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o700); err != nil {
-		return nil, fmt.Errorf("make rootfs: %w", err)
-	}
-	return r.boot(ctx, spec)
+		return r.boot(ctx, spec)
+	})
 }
 
 // Start implements runtime.Stopper: it boots a stopped sandbox again on its
@@ -290,12 +271,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	dir := r.SandboxDir(spec.ID)
-	upper, err := layer.Ready(spec.ID, dir)
-	if err != nil {
-		return nil, err
-	}
-	if err := layer.WriteFiles(upper, spec.Hostname, spec.Files, int(spec.Users.HostID)); err != nil {
+	if err := r.ReadyToStart(spec); err != nil {
 		return nil, err
 	}
 	// What an earlier life left (a sentry that died on its own, a daemon

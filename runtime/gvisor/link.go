@@ -112,16 +112,6 @@ func removeNetns(dir string) error {
 	return nil
 }
 
-// tunSupport says why this host cannot give sandboxes a link, or "".
-func tunSupport() string {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Sprintf("a sandbox's network link is a TUN device, and /dev/net/tun cannot be opened here: %v", err)
-	}
-	unix.Close(fd)
-	return ""
-}
-
 // Link implements runtime.Linker: it attaches again to the link a sandbox
 // booted with (after a daemon restart, or a network set to none and back).
 // gVisor takes its interfaces when it boots, so a sandbox booted without

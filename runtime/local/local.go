@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -259,13 +260,13 @@ func CheckSpec(name string, caps runtime.Capabilities, spec runtime.Spec) error 
 	return nil
 }
 
-// MakeSandbox makes sandbox spec's directory: owned by the daemon, its
+// makeSandbox makes sandbox spec's directory: owned by the daemon, its
 // group the sandbox's root; a ctl directory of the sandbox's root for the
 // guest's control socket; the writable layer (on a disk of its own with a
 // disk limit) holding the spec's files. It returns the directory and an
 // undo that removes all of it (for a create that fails later); on error
 // nothing is left.
-func (h *Host) MakeSandbox(ctx context.Context, spec runtime.Spec) (dir string, undo func() error, err error) {
+func (h *Host) makeSandbox(ctx context.Context, spec runtime.Spec) (dir string, undo func() error, err error) {
 	dir = h.SandboxDir(spec.ID)
 	if err := os.Mkdir(dir, 0o710); err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -300,4 +301,52 @@ func (h *Host) MakeSandbox(ctx context.Context, spec runtime.Spec) (dir string, 
 		return "", nil, err
 	}
 	return dir, undo, nil
+}
+
+// HostLimits are this host's ceilings of one sandbox's CPUs and memory, and
+// of its disk from the file system of stateDir, where writable layers live.
+// (Open files are each runtime's own.)
+func HostLimits(stateDir string) runtime.HostLimits {
+	var h runtime.HostLimits
+	var cpus unix.CPUSet
+	if unix.SchedGetaffinity(0, &cpus) == nil {
+		h.CPUs = float64(cpus.Count())
+	}
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		h.MemoryBytes = int64(si.Totalram) * int64(si.Unit)
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(stateDir, &st) == nil {
+		h.DiskBytes = int64(st.Blocks) * st.Bsize
+	}
+	return h
+}
+
+// ReadyToStart makes stopped sandbox spec's layer usable again (its disk
+// mounted after a host reboot) and writes the spec's files into it.
+func (h *Host) ReadyToStart(spec runtime.Spec) error {
+	upper, err := layer.Ready(spec.ID, h.SandboxDir(spec.ID))
+	if err != nil {
+		return err
+	}
+	return layer.WriteFiles(upper, spec.Hostname, spec.Files, int(spec.Users.HostID))
+}
+
+// Create makes sandbox spec's directory (makeSandbox) and has boot start
+// the sandbox in it; if boot fails, the directory goes (and a failure to
+// remove it is logged).
+func (h *Host) Create(ctx context.Context, spec runtime.Spec, log *slog.Logger, boot func(dir string) (*runtime.Instance, error)) (*runtime.Instance, error) {
+	dir, undo, err := h.makeSandbox(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := boot(dir)
+	if err != nil {
+		if uerr := undo(); uerr != nil {
+			log.Error("failed create: remove the sandbox's directory", "sandbox", spec.ID, "err", uerr)
+		}
+		return nil, err
+	}
+	return inst, nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/internal/tun"
 	"github.com/berthsh/berth/runtime"
@@ -13,16 +11,6 @@ import (
 
 // linkName is the sandbox's one network interface.
 const linkName = "eth0"
-
-// tunSupport says why this host cannot give sandboxes a link, or "".
-func tunSupport() string {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Sprintf("a sandbox's network link is a TUN device, and /dev/net/tun cannot be opened here: %v", err)
-	}
-	unix.Close(fd)
-	return ""
-}
 
 // Link implements runtime.Linker.
 func (r *Runtime) Link(ctx context.Context, id string, n runtime.Network) (*runtime.Link, error) {

@@ -29,6 +29,7 @@ import (
 	"github.com/berthsh/berth/internal/hostpath"
 	"github.com/berthsh/berth/internal/hostproc"
 	"github.com/berthsh/berth/internal/osthread"
+	"github.com/berthsh/berth/internal/tun"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/runtime/layer"
 	"github.com/berthsh/berth/runtime/local"
@@ -165,19 +166,7 @@ func capabilities(stateDir string) runtime.Capabilities {
 		Stats:        true,
 		Missing:      map[string]string{},
 	}
-	var cpus unix.CPUSet
-	if unix.SchedGetaffinity(0, &cpus) == nil {
-		c.Host.CPUs = float64(cpus.Count())
-	}
-	var si unix.Sysinfo_t
-	if unix.Sysinfo(&si) == nil {
-		c.Host.MemoryBytes = int64(si.Totalram) * int64(si.Unit)
-	}
-	// Writable layers live under the state dir, so its file system bounds a disk.
-	var st unix.Statfs_t
-	if unix.Statfs(stateDir, &st) == nil {
-		c.Host.DiskBytes = int64(st.Blocks) * st.Bsize
-	}
+	c.Host = local.HostLimits(stateDir)
 	// A sandbox's RLIMIT_NOFILE can be set lower than the daemon's own hard
 	// limit, never higher (that takes CAP_SYS_RESOURCE).
 	var nofile unix.Rlimit
@@ -185,7 +174,7 @@ func capabilities(stateDir string) runtime.Capabilities {
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile) == nil && nofile.Max < 1<<30 {
 		c.Host.OpenFiles = int64(nofile.Max)
 	}
-	if why := tunSupport(); why != "" {
+	if why := tun.Support(); why != "" {
 		c.NetworkModes = []string{runtime.NetworkNone}
 		c.Missing["network_link"] = why
 	}
@@ -310,22 +299,11 @@ func (r *Runtime) checkSpec(spec runtime.Spec) error {
 }
 
 // Create implements runtime.Runtime.
-func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Instance, err error) {
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (*runtime.Instance, error) {
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	_, undo, err := r.MakeSandbox(ctx, spec)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			if uerr := undo(); uerr != nil {
-				r.log.Error("failed create: remove the sandbox's directory", "sandbox", spec.ID, "err", uerr)
-			}
-		}
-	}()
-	return r.boot(ctx, spec)
+	return r.Host.Create(ctx, spec, r.log, func(string) (*runtime.Instance, error) { return r.boot(ctx, spec) })
 }
 
 // Start implements runtime.Stopper: it boots a stopped sandbox again on its
@@ -334,12 +312,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	dir := r.SandboxDir(spec.ID)
-	upper, err := layer.Ready(spec.ID, dir)
-	if err != nil {
-		return nil, err
-	}
-	if err := layer.WriteFiles(upper, spec.Hostname, spec.Files, int(spec.Users.HostID)); err != nil {
+	if err := r.ReadyToStart(spec); err != nil {
 		return nil, err
 	}
 	// A cgroup left by an init that died on its own is cleared first.
