@@ -84,10 +84,6 @@ type Runtime struct {
 	watcher *hostproc.Watcher
 
 	fixed sync.Map // sandbox id -> its bootLimits, fixed at boot
-	// ooms keeps a stopped sandbox's last OOM count (int64) until it boots
-	// again: an OOM kills the whole sandbox here, and whoever asks why it
-	// ended may ask after its cgroup is gone.
-	ooms sync.Map
 }
 
 // persisted is the runtime-private state the manager keeps for each sandbox.
@@ -396,11 +392,11 @@ func (r *Runtime) bootFrom(ctx context.Context, spec runtime.Spec, image, token 
 	if err := writeJSON(filepath.Join(dir, "config.json"), oci, 0, 0); err != nil {
 		return nil, err
 	}
-	r.ooms.Delete(spec.ID)
 	cg, err := r.Cgroups.Create(spec.ID)
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
+	r.Remember(spec.ID, cg)
 	if err := cg.Set(cgroupLimits(spec.Limits)); err != nil {
 		return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
 	}
@@ -683,7 +679,6 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 func (r *Runtime) teardown(ctx context.Context, id string) error {
 	r.Forget(id)
 	r.fixed.Delete(id)
-	r.ooms.Delete(id)
 	var errs []error
 	if exists(filepath.Join(r.cfg.StateDir, "runsc", id)) || r.known(id) {
 		if err := r.run(ctx, id, "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "does not exist") {
@@ -693,9 +688,7 @@ func (r *Runtime) teardown(ctx context.Context, id string) error {
 	cg, err := r.Cgroups.Load(id)
 	switch {
 	case err == nil:
-		if n, err := cg.OOMKills(); err == nil {
-			r.ooms.Store(id, n)
-		}
+		r.Retire(id, cg) // an OOM ends the whole sandbox here: keep why
 		if err := cg.Kill(); err != nil {
 			errs = append(errs, fmt.Errorf("kill cgroup: %w", err))
 		} else if err := cg.Remove(); err != nil {
@@ -730,7 +723,7 @@ func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) 
 	if err := r.teardown(ctx, id); err != nil {
 		return err
 	}
-	r.ooms.Delete(id)
+	r.Forget(id)
 	dir := r.SandboxDir(id)
 	if err := layer.UnmountDisk(dir); err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
@@ -792,23 +785,6 @@ func (r *Runtime) SetLimits(ctx context.Context, id string, l runtime.Limits) er
 		return layer.GrowDisk(ctx, r.SandboxDir(id), l.DiskBytes)
 	}
 	return nil
-}
-
-// OOMKills implements runtime.StatsProvider; for a sandbox stopped since
-// it last ran, the count it ended with.
-func (r *Runtime) OOMKills(ctx context.Context, id string) (int64, error) {
-	cg, err := r.Group(id)
-	if err == nil {
-		var n int64
-		if n, err = cg.OOMKills(); err == nil {
-			return n, nil
-		}
-	}
-	// Gone meanwhile: teardown kept the count before it removed the group.
-	if n, ok := r.ooms.Load(id); ok {
-		return n.(int64), nil
-	}
-	return 0, err
 }
 
 func exists(p string) bool {

@@ -37,6 +37,10 @@ type Host struct {
 	NoFreeze string
 
 	groups sync.Map // sandbox id -> cgroup.Group of running sandboxes (a cache)
+	// retired keeps a stopped sandbox's last OOM count (int64) until it
+	// boots again or goes: whoever asks why it ended (an exec whose guest
+	// went away) may ask after its group is gone.
+	retired sync.Map
 }
 
 // SandboxDir is sandbox id's directory.
@@ -56,11 +60,28 @@ func (h *Host) Group(id string) (cgroup.Group, error) {
 	return g, nil
 }
 
-// Remember caches a group the runtime just made for sandbox id.
-func (h *Host) Remember(id string, g cgroup.Group) { h.groups.Store(id, g) }
+// Remember caches a group the runtime just made for sandbox id (a new
+// life: a count Retire kept goes).
+func (h *Host) Remember(id string, g cgroup.Group) {
+	h.retired.Delete(id)
+	h.groups.Store(id, g)
+}
 
-// Forget drops sandbox id's group from the cache (it stopped).
-func (h *Host) Forget(id string) { h.groups.Delete(id) }
+// Retire drops sandbox id's group from the cache and keeps g's OOM count:
+// call it before the group is killed and removed.
+func (h *Host) Retire(id string, g cgroup.Group) {
+	h.groups.Delete(id)
+	if n, err := g.OOMKills(); err == nil {
+		h.retired.Store(id, n)
+	}
+}
+
+// Forget drops all the Host knows of sandbox id (it stopped, and what it
+// ended with no longer matters, or it was deleted).
+func (h *Host) Forget(id string) {
+	h.groups.Delete(id)
+	h.retired.Delete(id)
+}
 
 // Stats implements runtime.StatsProvider from the sandbox's cgroup and the
 // size of its writable layer.
@@ -78,13 +99,20 @@ func (h *Host) Stats(ctx context.Context, id string) (runtime.Usage, error) {
 		DiskBytes: layer.Usage(ctx, h.SandboxDir(id))}, nil
 }
 
-// OOMKills implements runtime.StatsProvider.
+// OOMKills implements runtime.StatsProvider; for a sandbox stopped since
+// it last ran, the count it ended with (Retire).
 func (h *Host) OOMKills(ctx context.Context, id string) (int64, error) {
 	cg, err := h.Group(id)
-	if err != nil {
-		return 0, err
+	if err == nil {
+		var n int64
+		if n, err = cg.OOMKills(); err == nil {
+			return n, nil
+		}
 	}
-	return cg.OOMKills()
+	if n, ok := h.retired.Load(id); ok { // gone meanwhile
+		return n.(int64), nil
+	}
+	return 0, err
 }
 
 // LimitHits implements runtime.StatsProvider.

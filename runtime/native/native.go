@@ -576,6 +576,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 	r.inits.Delete(id)
 	cg, err := r.Cgroups.Load(id)
 	if err == nil {
+		r.Retire(id, cg)
 		cg.Kill()
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("sandbox %s: load cgroup: %w", id, err)
@@ -601,6 +602,7 @@ func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) 
 	if err := r.Stop(ctx, id, state); err != nil {
 		return err
 	}
+	r.Forget(id)
 	if err := layer.UnmountDisk(r.SandboxDir(id)); err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
 	}
