@@ -134,21 +134,28 @@ func (m *Manager) checkpointed(rec store.Sandbox) bool {
 	return ok && c.Checkpointed(rec.RuntimeState)
 }
 
+// checkpointerOf reads sandbox id and its runtime's Checkpointer (or why
+// the runtime has none).
+func (m *Manager) checkpointerOf(ctx context.Context, tenant, id string) (store.Sandbox, runtime.Checkpointer, error) {
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return rec, nil, err
+	}
+	t, err := m.tier(rec.Runtime)
+	if err != nil {
+		return rec, nil, err
+	}
+	cp, err := t.checkpointer()
+	return rec, cp, err
+}
+
 // checkpoint pauses a running sandbox with its memory: the guest lets go of
 // its connections, the runtime saves the sandbox and ends it. On failure
 // the sandbox runs on as it was.
 func (m *Manager) checkpoint(ctx context.Context, tenant, id string) (api.Sandbox, error) {
 	unlock := m.ops.lock(id)
 	defer unlock()
-	rec, err := m.record(ctx, tenant, id)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	t, err := m.tier(rec.Runtime)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	cp, err := t.checkpointer()
+	rec, cp, err := m.checkpointerOf(ctx, tenant, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -202,20 +209,12 @@ func (m *Manager) checkpoint(ctx context.Context, tenant, id string) (api.Sandbo
 func (m *Manager) restore(ctx context.Context, tenant, id string) (api.Sandbox, error) {
 	unlock := m.ops.lock(id)
 	defer unlock()
-	rec, err := m.record(ctx, tenant, id)
+	rec, cp, err := m.checkpointerOf(ctx, tenant, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if rec.State != api.StatePaused || !m.checkpointed(rec) {
+	if rec.State != api.StatePaused || !cp.Checkpointed(rec.RuntimeState) {
 		return api.Sandbox{}, errdefs.New(errdefs.Conflict, "sandbox %s is %s, not paused with its memory", id, rec.State)
-	}
-	t, err := m.tier(rec.Runtime)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	cp, err := t.checkpointer()
-	if err != nil {
-		return api.Sandbox{}, err
 	}
 	req, err := recordSpec(rec)
 	if err != nil {
