@@ -335,11 +335,7 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 		}
 		return nil, err
 	}
-	if err != nil {
-		return nil, err
-	}
-	s.g.watchers.changed(c.tenant, c.id)
-	e, err := s.entry(ctx, c, res.(api.FileInfo))
+	e, err := s.changed(ctx, c, res, err)
 	if err != nil {
 		return nil, err
 	}
@@ -372,15 +368,22 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[files
 		}
 		res, err = move()
 	}
-	if err != nil {
-		return nil, err
-	}
-	s.g.watchers.changed(c.tenant, c.id)
-	e, err := s.entry(ctx, c, res.(api.FileInfo))
+	e, err := s.changed(ctx, c, res, err)
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&filesystem.MoveResponse{Entry: e}), nil
+}
+
+// changed ends a call that changed the sandbox's files and answered res
+// (an api.FileInfo) or err: the watchers hear of it, and the answer is
+// envd's entry of res.
+func (s *filesystemService) changed(ctx context.Context, c fileCall, res any, err error) (*filesystem.EntryInfo, error) {
+	if err != nil {
+		return nil, err
+	}
+	s.g.watchers.changed(c.tenant, c.id)
+	return s.entry(ctx, c, res.(api.FileInfo))
 }
 
 // Remove removes a file, a symlink or a whole tree. Like envd (and the
