@@ -67,28 +67,8 @@ func (s *suite) gvisor(ctx context.Context) error {
 // gvisorExecs measures exec of true in a running gvisor sandbox beside
 // runsc exec into a running container.
 func (s *suite) gvisorExecs(ctx context.Context, subjects []subject) error {
-	envs := map[string]*running{}
-	defer func() {
-		for _, env := range envs {
-			env.stop()
-		}
-	}()
-	var live, shown []subject
-	for _, sub := range subjects {
-		if sub.boot == nil && sub.why == "" {
-			continue
-		}
-		if sub.why == "" {
-			env, err := sub.boot(ctx)
-			if err != nil {
-				sub.why = "its long-running environment did not start: " + firstLine(err.Error())
-			} else {
-				envs[sub.name] = env
-				live = append(live, sub)
-			}
-		}
-		shown = append(shown, sub)
-	}
+	envs, live, shown := bootAll(ctx, subjects)
+	defer stopAll(envs)
 	got := s.interleave(ctx, live, s.cfg.execRounds, nil, func(ctx context.Context, sub subject) (func(), error) {
 		return nil, envs[sub.name].exec(ctx)
 	})

@@ -224,14 +224,25 @@ func (s *suite) starts(ctx context.Context, subjects []subject) error {
 
 // execs measures exec of true into a running environment of each subject.
 func (s *suite) execs(ctx context.Context, subjects []subject) error {
-	var live []subject
-	envs := map[string]*running{}
-	defer func() {
-		for _, env := range envs {
-			env.stop()
-		}
-	}()
-	var shown []subject // subjects without exec and without a reason are left out
+	envs, live, shown := bootAll(ctx, subjects)
+	defer stopAll(envs)
+	// No creates here, so nothing to refill: no request to the daemon
+	// between samples that would wake it just before berth's.
+	got := s.interleave(ctx, live, s.cfg.execRounds, nil, func(ctx context.Context, sub subject) (func(), error) {
+		return nil, envs[sub.name].exec(ctx)
+	})
+	s.res.Metrics = append(s.res.Metrics, rows("exec", "exec round trip (`true`) in a running sandbox", shown, got, "berth", s.cfg.execRounds, map[string]*Target{
+		"berth": {Stat: "p50", AtMost: true, Limit: 1},
+	})...)
+	return nil
+}
+
+// bootAll starts the long-running environment of each live subject that
+// has one. shown are the subjects of an exec table: those with an
+// environment (live), and those that say why they have none; subjects
+// without exec and without a reason are left out.
+func bootAll(ctx context.Context, subjects []subject) (envs map[string]*running, live, shown []subject) {
+	envs = map[string]*running{}
 	for _, sub := range subjects {
 		switch {
 		case sub.why != "":
@@ -250,15 +261,14 @@ func (s *suite) execs(ctx context.Context, subjects []subject) error {
 		}
 		shown = append(shown, sub)
 	}
-	// No creates here, so nothing to refill: no request to the daemon
-	// between samples that would wake it just before berth's.
-	got := s.interleave(ctx, live, s.cfg.execRounds, nil, func(ctx context.Context, sub subject) (func(), error) {
-		return nil, envs[sub.name].exec(ctx)
-	})
-	s.res.Metrics = append(s.res.Metrics, rows("exec", "exec round trip (`true`) in a running sandbox", shown, got, "berth", s.cfg.execRounds, map[string]*Target{
-		"berth": {Stat: "p50", AtMost: true, Limit: 1},
-	})...)
-	return nil
+	return envs, live, shown
+}
+
+// stopAll removes the environments bootAll started.
+func stopAll(envs map[string]*running) {
+	for _, env := range envs {
+		env.stop()
+	}
 }
 
 func measurable(subjects []subject) []subject {
