@@ -3,6 +3,7 @@ package e2e
 import (
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -277,12 +278,9 @@ func readCountFile(t *testing.T, d *daemon, id string) int {
 }
 
 func atoiOr(s string) int {
-	n := 0
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return -1
-		}
-		n = n*10 + int(c-'0')
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
 	}
 	return n
 }
