@@ -124,6 +124,11 @@ def test_the_default_shell_and_a_command(client: Berth) -> None:
             term.send("echo shell=$0 size=$(stty size)\n")
             out = until(term, "size=24 80")
             assert "shell=-bash" in out or "shell=bash" in out, out
+            # Ctrl-D once the shell is back at its prompt, as a person types it:
+            # typed ahead, while the command still ran, it was once lost on
+            # gvisor in CI (the shell never ended; why is not known yet).
+            if "$ " not in out[out.index("size=24 80") :]:
+                until(term, "$ ")
             term.send(b"\x04")  # Ctrl-D: the login shell ends
             assert term.wait(timeout=15).exit_code == 0
 
