@@ -36,8 +36,13 @@ func TestStopStartKeepsFilesLabelsLimits(t *testing.T) {
 		t.Fatalf("processes or cgroups left after stop: %v", d.tracesRunning(sb.ID))
 	}
 	_, err = d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}})
-	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "stopped") || !strings.Contains(err.Error(), "start") {
-		t.Fatalf("exec in a stopped sandbox: %v", err)
+	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "stopped") || !strings.Contains(err.Error(), "start") ||
+		errdefs.ReasonOf(err) != errdefs.SandboxStopped {
+		t.Fatalf("exec in a stopped sandbox: %v (reason %q)", err, errdefs.ReasonOf(err))
+	}
+	// A file call says it is the sandbox, not the path, that is the problem.
+	if _, err := d.client.Stat(ctx, sb.ID, api.StatRequest{Path: "/etc/hostname"}); errdefs.ReasonOf(err) != errdefs.SandboxStopped {
+		t.Fatalf("stat in a stopped sandbox: %v (reason %q)", err, errdefs.ReasonOf(err))
 	}
 	if _, err := d.client.StopSandbox(ctx, sb.ID); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "stopped") {
 		t.Fatalf("stop of a stopped sandbox: %v", err)
@@ -280,6 +285,14 @@ func TestLifecycleBadInput(t *testing.T) {
 	}
 	if _, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Timeouts: api.Timeouts{IdleSeconds: secs(-5)}}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "idle_timeout_s") {
 		t.Errorf("negative timeout: %v", err)
+	}
+	// After a delete, a file call is about the sandbox, not the path.
+	if err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.client.Read(ctx, sb.ID, api.ReadRequest{Path: "/etc/hostname"})
+	if !errdefs.IsNotFound(err) || errdefs.ReasonOf(err) != errdefs.SandboxGone || !strings.Contains(err.Error(), sb.ID) {
+		t.Errorf("read in a deleted sandbox: %v (reason %q)", err, errdefs.ReasonOf(err))
 	}
 }
 

@@ -174,6 +174,13 @@ const (
 	// MergeConflict explains a refused apply: both sides changed the
 	// paths the error carries (PathsOf).
 	MergeConflict Reason = "merge_conflict"
+	// SandboxGone, SandboxStopped and SandboxPaused say that the call
+	// failed because of the sandbox, not the path or process it named:
+	// the sandbox does not exist (was deleted), or must be started or
+	// resumed first. A client may act on them (start and try again).
+	SandboxGone    Reason = "sandbox_gone"
+	SandboxStopped Reason = "sandbox_stopped"
+	SandboxPaused  Reason = "sandbox_paused"
 )
 
 type reasoned struct {
@@ -203,7 +210,8 @@ func ReasonOf(err error) Reason {
 // KnownReason reports whether s names a reason (checked before believing a peer).
 func KnownReason(s string) bool {
 	switch Reason(s) {
-	case IsDirectory, NotDirectory, InvalidPath, NotRegularFile, NoSpace, NoMatch, NotUnique, PortClosed, MergeConflict:
+	case IsDirectory, NotDirectory, InvalidPath, NotRegularFile, NoSpace, NoMatch, NotUnique, PortClosed, MergeConflict,
+		SandboxGone, SandboxStopped, SandboxPaused:
 		return true
 	}
 	return false

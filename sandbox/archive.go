@@ -111,5 +111,5 @@ func notArchived(rec store.Sandbox) error {
 	if rec.ArchiveBytes == 0 {
 		return nil
 	}
-	return errdefs.New(errdefs.Conflict, "sandbox %s is archived (its files are compressed until it starts): start it first (berth start %s)", rec.ID, rec.ID)
+	return errdefs.WithReason(errdefs.New(errdefs.Conflict, "sandbox %s is archived (its files are compressed until it starts): start it first (berth start %s)", rec.ID, rec.ID), errdefs.SandboxStopped)
 }

@@ -685,7 +685,7 @@ func (m *Manager) gone(id string, err error) error {
 	st, serr := m.store.GetStatus(context.Background(), id)
 	switch {
 	case errdefs.IsNotFound(serr) || (serr == nil && st.State == api.StateDeleting):
-		return errdefs.New(errdefs.NotFound, "sandbox %s was deleted while the call ran", id)
+		return errdefs.WithReason(errdefs.New(errdefs.NotFound, "sandbox %s was deleted while the call ran", id), errdefs.SandboxGone)
 	case serr == nil && st.State != api.StateRunning:
 		return errdefs.New(errdefs.Conflict, "sandbox %s was %s while the call ran", id, st.State)
 	}
@@ -701,9 +701,9 @@ func notRunning(rec store.Status) error {
 	}
 	switch rec.State {
 	case api.StateStopped:
-		return errdefs.New(errdefs.Conflict, "sandbox %s is stopped%s: start it first (POST /v1/sandboxes/%s/start, berth start %s)", rec.ID, why, rec.ID, rec.ID)
+		return errdefs.WithReason(errdefs.New(errdefs.Conflict, "sandbox %s is stopped%s: start it first (POST /v1/sandboxes/%s/start, berth start %s)", rec.ID, why, rec.ID, rec.ID), errdefs.SandboxStopped)
 	case api.StatePaused:
-		return errdefs.New(errdefs.Conflict, "sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, berth resume %s)", rec.ID, rec.ID, rec.ID)
+		return errdefs.WithReason(errdefs.New(errdefs.Conflict, "sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, berth resume %s)", rec.ID, rec.ID, rec.ID), errdefs.SandboxPaused)
 	default:
 		return errdefs.New(errdefs.Conflict, "sandbox %s is %s%s, not running", rec.ID, rec.State, why)
 	}

@@ -157,8 +157,7 @@ func (n *ndjson) finish(err error) error {
 	if err == nil || !n.started {
 		return err
 	}
-	class := errdefs.ClassOf(err)
-	n.send(api.ExecEvent{Type: api.EventError, Error: &api.Error{Class: string(class), Message: errdefs.Message(err)}})
+	n.send(api.ExecEvent{Type: api.EventError, Error: apiError(err)})
 	return err
 }
 

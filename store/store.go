@@ -333,7 +333,9 @@ func isConstraint(err error, code int) bool {
 	return errors.As(err, &se) && se.Code() == code
 }
 
-func notFound(id string) error { return errdefs.New(errdefs.NotFound, "sandbox %q not found", id) }
+func notFound(id string) error {
+	return errdefs.WithReason(errdefs.New(errdefs.NotFound, "sandbox %q not found", id), errdefs.SandboxGone)
+}
 
 // CreateSandbox inserts sb and its labels in one transaction: already_exists
 // if a sandbox with its ID exists. A zero CreatedAt means now, a zero
