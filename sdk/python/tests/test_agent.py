@@ -4,14 +4,17 @@ execute, and read the output back."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from deepagents import create_deep_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
-from berth import Berth
+from berth import Berth, InvalidArgument, NotFound
 from berth.deepagents import BerthSandbox
 
 PRIMES_PY = """\
@@ -63,3 +66,95 @@ def test_deep_agent_computes_primes_in_a_sandbox(client: Berth) -> None:
         assert want in str(tools["read_file"].content)
         assert sb.download("/home/user/primes.txt").decode().strip() == want
         assert state["messages"][-1].content.startswith("The first 50 primes")
+
+
+def test_large_result_is_offloaded_to_a_file_in_the_sandbox(client: Berth) -> None:
+    """A 300 KB execute result reaches the model as a short pointer to a file
+    in /large_tool_results/, written there although the sandbox's user (uid
+    1000) may not create directories at /."""
+    size = 300_000
+    script = iter(
+        [
+            call("execute", {"command": f"python3 -c \"print('q' * {size})\""}, 1),
+            AIMessage(content="done"),
+        ]
+    )
+    with client.create() as sb:
+        agent = create_deep_agent(model=ScriptedModel(messages=script), backend=BerthSandbox(sandbox=sb))
+        state = agent.invoke({"messages": [{"role": "user", "content": "Print a lot."}]})
+        seen = next(m for m in state["messages"] if isinstance(m, ToolMessage) and m.name == "execute")
+        text = str(seen.content)
+        assert len(text) < 10_000, f"the model saw {len(text)} characters: not offloaded"
+        assert "/large_tool_results/" in text
+        kept = sb.download("/large_tool_results/call_1").decode()
+        assert kept.startswith("q" * size + "\n")
+        owner = sb.exec("stat -c %U /large_tool_results").stdout.strip()
+        assert owner == "user"
+
+
+def test_idle_stopped_sandbox_is_started_by_the_next_call(client: Berth) -> None:
+    """The sandbox's idle timeout stops it; the agent's next tool call starts
+    it again and sees its files, without the model being told anything."""
+    sb = client.create(ephemeral=False, idle_timeout=1)
+    try:
+        sb.write("/home/user/notes.txt", "kept across the stop\n")
+        deadline = time.monotonic() + 60
+        while sb.refresh().state != "stopped":
+            assert time.monotonic() < deadline, "the idle timeout did not stop the sandbox"
+            time.sleep(0.2)
+        script = iter(
+            [
+                call("execute", {"command": "cat /home/user/notes.txt"}, 1),
+                AIMessage(content="done"),
+            ]
+        )
+        agent = create_deep_agent(model=ScriptedModel(messages=script), backend=BerthSandbox(sandbox=sb))
+        state = agent.invoke({"messages": [{"role": "user", "content": "Read the notes."}]})
+        seen = next(m for m in state["messages"] if isinstance(m, ToolMessage) and m.name == "execute")
+        assert "kept across the stop" in str(seen.content)
+        assert sb.refresh().state == "running"
+    finally:
+        sb.delete()
+
+
+def test_errors_about_the_sandbox_are_written_for_the_model(client: Berth, caplog: pytest.LogCaptureFixture) -> None:
+    """A stopped sandbox without auto_start, and a deleted one: the model reads
+    what happened in plain words (no routes, no file error codes); the
+    daemon's message goes to the operator's log."""
+    sb = client.create(ephemeral=False)
+    backend = BerthSandbox(sandbox=sb, auto_start=False)
+    sb.stop()
+    out = backend.execute("true")
+    assert out.exit_code == 1 and "the sandbox is stopped" in out.output and "POST" not in out.output
+    sb.delete()
+    with caplog.at_level(logging.WARNING, logger="berth.deepagents"):
+        read = backend.read("/home/user/notes.txt")
+        ls = backend.ls("/home/user")
+        out = backend.execute("true")
+    for text in (read.error, ls.error, out.output):
+        assert text is not None and "the sandbox was deleted" in text and "file_not_found" not in text
+    assert sb.id in caplog.text, "the operator's log lacks the daemon's message"
+    assert backend.write("/home/user/x", "y").error.startswith("the sandbox was deleted")
+    assert backend.download_files(["/home/user/x"])[0].error.startswith("the sandbox was deleted")
+
+
+def test_deepagents_code_finds_berth_as_a_sandbox_provider(client: Berth) -> None:
+    """The deepagents_code.sandbox_providers entry point loads BerthProvider,
+    which deepagents-code calls as its registry does: entry.load()(), then
+    get_or_create and delete."""
+    from importlib.metadata import entry_points
+
+    (entry,) = [e for e in entry_points(group="deepagents_code.sandbox_providers") if e.name == "berth"]
+    provider = entry.load()(client)
+    backend = provider.get_or_create(labels={"via": "deepagents-code"})
+    try:
+        assert backend.execute("echo hi").output == "hi\n"
+        again = provider.get_or_create(sandbox_id=backend.id)
+        assert again.read("/etc/hostname").file_data is not None
+        with pytest.raises(InvalidArgument, match="image"):
+            provider.get_or_create(sandbox_id=backend.id, image="alpine")
+    finally:
+        provider.delete(sandbox_id=backend.id)
+    provider.delete(sandbox_id=backend.id)  # already gone: not an error
+    with pytest.raises(NotFound):
+        client.get(backend.id)

@@ -21,15 +21,33 @@ scripts through ``execute``; their results and error texts follow
 ``fork(n)`` branches: n backends over copies of the sandbox's files, for
 agents that try several ways; ``backend.sandbox.apply(winner.sandbox)``
 merges the one that worked back.
+
+Written for an agent that runs for days:
+
+- A sandbox stopped by its idle timeout (or paused) is started (resumed) by
+  the next call, which then runs as if nothing happened (``auto_start``, on
+  by default).
+- deepagents' own files (``/large_tool_results/``, ``/conversation_history/``)
+  can be written whatever the sandbox's user: their directories are made for
+  that user, as root, the first time a write there is refused.
+- Errors the model cannot fix (the sandbox was deleted, the daemon does not
+  answer) reach the model as a plain sentence that says so; the daemon's own
+  message, with ids and routes for an operator, goes to the
+  ``berth.deepagents`` logger with the exception.
+
+:class:`BerthProvider` is the ``deepagents_code.sandbox_providers`` entry
+point named ``berth``, so ``deepagents-code`` can pick berth as its sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import posixpath
+from collections.abc import Callable
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from deepagents.backends.protocol import (
     EditResult,
@@ -49,7 +67,27 @@ from deepagents.backends.sandbox import BaseSandbox
 from deepagents.backends.utils import _get_backend_read_file_type, normalize_read_bounds
 
 from ._client import Berth, Sandbox
-from .errors import BerthError, InvalidArgument, NotFound, PermissionDenied
+from .errors import (
+    SANDBOX_GONE,
+    SANDBOX_PAUSED,
+    SANDBOX_STOPPED,
+    BerthError,
+    Conflict,
+    DaemonUnreachable,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
+
+_log = logging.getLogger("berth.deepagents")
+
+ARTIFACT_DIRS = ("/large_tool_results", "/conversation_history")
+"""Where deepagents writes oversized tool results and offloaded history (its
+default artifacts root is ``/``)."""
+
+_T = TypeVar("_T")
 
 # The limits and texts of deepagents' BaseSandbox.read, kept identical.
 _MAX_OUTPUT_BYTES = 500 * 1024
@@ -77,6 +115,22 @@ def _code(e: BerthError) -> str:
 DEFAULT_TIMEOUT = 30 * 60
 """Seconds an ``execute`` may run when the agent gives no timeout."""
 
+
+def _for_model(e: BerthError) -> str | None:
+    """What the model is told of an error about the sandbox itself (rather
+    than the path or command it gave), or None for an error it can act on."""
+    if e.reason == SANDBOX_GONE:
+        return "the sandbox was deleted: its files and programs are gone, and no tool can use it. Tell the user; a new sandbox is needed."
+    if e.reason == SANDBOX_STOPPED:
+        return "the sandbox is stopped, so no tool can use it until it is started again. Tell the user."
+    if e.reason == SANDBOX_PAUSED:
+        return "the sandbox is paused, so no tool can use it until it is resumed. Tell the user."
+    if isinstance(e, Unauthenticated):
+        return "the sandbox service refused this agent's credentials, so no tool can use it. Tell the user."
+    if isinstance(e, Unavailable) and (isinstance(e, DaemonUnreachable) or not e.reason):
+        return "the sandbox service is not answering right now. Try again in a moment; tell the user if it keeps failing."
+    return None
+
 _ERROR_CODES = {
     "not_found": "file_not_found",
     "permission_denied": "permission_denied",
@@ -102,23 +156,61 @@ def _file_error(err: dict[str, Any] | None) -> str | None:
 class BerthSandbox(BaseSandbox):
     """deepagents' ``SandboxBackendProtocol`` over one berth sandbox."""
 
-    def __init__(self, *, sandbox: Sandbox, timeout: int = DEFAULT_TIMEOUT, max_output_bytes: int | None = None) -> None:
+    def __init__(
+        self, *, sandbox: Sandbox, timeout: int = DEFAULT_TIMEOUT, max_output_bytes: int | None = None, auto_start: bool = True
+    ) -> None:
+        """``auto_start``: start (or resume) the sandbox when a call finds it
+        stopped (or paused), then make the call again."""
         if timeout <= 0:
             msg = f"timeout must be positive, got {timeout}"
             raise ValueError(msg)
         self._sb = sandbox
         self._timeout = timeout
         self._max_output = max_output_bytes
+        self._auto_start = auto_start
+        self._artifacts_made: set[str] = set()
+
+    def _call(self, fn: Callable[[], _T]) -> _T:
+        """``fn()``; if it finds the sandbox stopped or paused and auto_start
+        is on, start or resume it and call ``fn()`` once more."""
+        try:
+            return fn()
+        except BerthError as e:
+            if not self._auto_start or e.reason not in (SANDBOX_STOPPED, SANDBOX_PAUSED):
+                raise
+            try:
+                if e.reason == SANDBOX_STOPPED:
+                    self._sb.start()
+                else:
+                    self._sb.resume()
+            except Conflict:
+                pass  # started or resumed by another caller meanwhile
+            _log.info("berth sandbox %s was %s; the backend brought it back", self._sb.id, e.reason.removeprefix("sandbox_"))
+        return fn()
+
+    def _model_error(self, e: BerthError) -> str | None:
+        """The model's sentence for an error about the sandbox itself (the
+        operator's detail is logged), or None."""
+        text = _for_model(e)
+        if text is not None:
+            _log.warning("berth sandbox %s: %s", self._sb.id, e, exc_info=e)
+        return text
 
     @classmethod
     def create(
-        cls, client: Berth | None = None, *, timeout: int = DEFAULT_TIMEOUT, max_output_bytes: int | None = None, **create: Any
+        cls,
+        client: Berth | None = None,
+        *,
+        timeout: int = DEFAULT_TIMEOUT,
+        max_output_bytes: int | None = None,
+        auto_start: bool = True,
+        **create: Any,
     ) -> BerthSandbox:
         """A backend on a new sandbox (kept until deleted). ``create`` takes
         :meth:`berth.Berth.create`'s keywords: image, limits, labels, ``network``
         (a mode or a policy dict with allow, deny and secrets) and ``allow``."""
         client = client or Berth()
-        return cls(sandbox=client.create(ephemeral=False, **create), timeout=timeout, max_output_bytes=max_output_bytes)
+        return cls(sandbox=client.create(ephemeral=False, **create), timeout=timeout, max_output_bytes=max_output_bytes, auto_start=auto_start)
 
     @property
     def id(self) -> str:
@@ -136,8 +228,10 @@ class BerthSandbox(BaseSandbox):
         now (:meth:`berth.Sandbox.fork`: no processes; ``labels`` for every copy, or
         one mapping per copy), with this backend's timeout and output bound. The
         copies are kept until deleted (``backend.sandbox.delete()``)."""
-        copies = self._sb.fork(n, labels=labels, ephemeral=False)
-        return [BerthSandbox(sandbox=sb, timeout=self._timeout, max_output_bytes=self._max_output) for sb in copies]
+        copies = self._call(lambda: self._sb.fork(n, labels=labels, ephemeral=False))
+        return [
+            BerthSandbox(sandbox=sb, timeout=self._timeout, max_output_bytes=self._max_output, auto_start=self._auto_start) for sb in copies
+        ]
 
     async def afork(
         self, n: int = 1, *, labels: Mapping[str, str] | Sequence[Mapping[str, str]] | None = None
@@ -151,9 +245,10 @@ class BerthSandbox(BaseSandbox):
             msg = f"timeout must be positive, got {effective}"
             raise ValueError(msg)
         try:
-            r = self._sb.exec(command, timeout=effective, max_output_bytes=self._max_output)
+            r = self._call(lambda: self._sb.exec(command, timeout=effective, max_output_bytes=self._max_output))
         except BerthError as e:
-            return ExecuteResponse(output=f"Error executing command ({type(e).__name__}): {e}", exit_code=1, truncated=False)
+            text = self._model_error(e) or f"{type(e).__name__}: {e.message}"
+            return ExecuteResponse(output=f"Error executing command: {text}", exit_code=1, truncated=False)
         if r.timed_out:
             if timeout is not None:
                 msg = f"Error: Command timed out after {effective} seconds (custom timeout). The command may be stuck or require more time."
@@ -172,7 +267,13 @@ class BerthSandbox(BaseSandbox):
             else:
                 batch.append((i, path, content))
         if batch:
-            results = self._sb.upload_files([(p, c) for _, p, c in batch])
+            try:
+                results = self._call(lambda: self._sb.upload_files([(p, c) for _, p, c in batch]))
+            except BerthError as e:
+                text = self._model_error(e)
+                if text is None:
+                    raise
+                results = [{"error": {"class": "unavailable", "message": text}}] * len(batch)
             for (i, path, _), res in zip(batch, results, strict=True):
                 out[i] = FileUploadResponse(path=path, error=_file_error(res.get("error")))
         return [r for r in out if r is not None]
@@ -187,7 +288,13 @@ class BerthSandbox(BaseSandbox):
             else:
                 batch.append((i, path))
         if batch:
-            results = self._sb.download_files([p for _, p in batch])
+            try:
+                results = self._call(lambda: self._sb.download_files([p for _, p in batch]))
+            except BerthError as e:
+                text = self._model_error(e)
+                if text is None:
+                    raise
+                results = [{"error": {"class": "unavailable", "message": text}}] * len(batch)
             for (i, path), res in zip(batch, results, strict=True):
                 err = _file_error(res.get("error"))
                 out[i] = FileDownloadResponse(path=path, content=None if err else res.get("content", b""), error=err)
@@ -198,8 +305,10 @@ class BerthSandbox(BaseSandbox):
     def ls(self, path: str) -> LsResult:
         """The entries of a directory, with size and modification time."""
         try:
-            res = self._sb.ls(path)
+            res = self._call(lambda: self._sb.ls(path))
         except BerthError as e:
+            if (text := self._model_error(e)) is not None:
+                return LsResult(entries=None, error=text)
             code = {"file_not_found": "path_not_found", "not_a_file": "not_a_directory"}.get(_code(e), _code(e))
             if isinstance(e, InvalidArgument) and e.reason == "not_directory":
                 code = "not_a_directory"
@@ -218,7 +327,7 @@ class BerthSandbox(BaseSandbox):
     def _read_binary(self, file_path: str, size: int) -> ReadResult:
         if size > _MAX_BINARY_BYTES:
             return ReadResult(error=f"File '{file_path}': Binary file exceeds maximum preview size of {_MAX_BINARY_BYTES} bytes")
-        raw = self._sb.download(file_path)
+        raw = self._call(lambda: self._sb.download(file_path))
         return ReadResult(file_data=FileData(content=base64.b64encode(raw).decode("ascii"), encoding="base64"))
 
     def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
@@ -227,19 +336,19 @@ class BerthSandbox(BaseSandbox):
         offset, limit = normalize_read_bounds(offset, limit)
         try:
             if _get_backend_read_file_type(file_path) != "text":
-                fi = self._sb.stat(file_path)
+                fi = self._call(lambda: self._sb.stat(file_path))
                 if fi["type"] != "file":
                     return ReadResult(error=f"File '{file_path}': not_a_file")
                 if fi["size"] == 0:
                     return ReadResult(file_data=FileData(content=_EMPTY_FILE, encoding="utf-8"))
                 return self._read_binary(file_path, fi["size"])
-            page = self._sb.read(file_path, offset=offset, limit=max(limit, 1), max_line_chars=1 << 24)
+            page = self._call(lambda: self._sb.read(file_path, offset=offset, limit=max(limit, 1), max_line_chars=1 << 24))
             if page["size"] == 0:
                 return ReadResult(file_data=FileData(content=_EMPTY_FILE, encoding="utf-8"))
             if page.get("binary"):
                 return self._read_binary(file_path, page["size"])
         except BerthError as e:
-            return ReadResult(error=f"File '{file_path}': {_code(e)}")
+            return ReadResult(error=self._model_error(e) or f"File '{file_path}': {_code(e)}")
         if limit <= 0:
             return ReadResult(file_data=FileData(content="", encoding="utf-8"), no_lines_requested=True)
         lines, total = page["lines"], page["total_lines"]
@@ -274,10 +383,37 @@ class BerthSandbox(BaseSandbox):
     def write(self, file_path: str, content: str) -> WriteResult:
         """Write a text file, making parents and replacing an existing file."""
         try:
-            self._sb.write(file_path, content)
+            self._call(lambda: self._sb.write(file_path, content))
+        except PermissionDenied as e:
+            root = self._artifact_dir(file_path)
+            if root is None:
+                return WriteResult(error=f"Failed to write file '{file_path}': {_file_error(_as_dict(e))}")
+            try:
+                self._make_artifact_dir(root)
+                self._sb.write(file_path, content)
+            except BerthError as e2:
+                return WriteResult(error=self._model_error(e2) or f"Failed to write file '{file_path}': {_file_error(_as_dict(e2))}")
         except BerthError as e:
-            return WriteResult(error=f"Failed to write file '{file_path}': {_file_error(_as_dict(e))}")
+            return WriteResult(error=self._model_error(e) or f"Failed to write file '{file_path}': {_file_error(_as_dict(e))}")
         return WriteResult(path=file_path)
+
+    def _artifact_dir(self, path: str) -> str | None:
+        """The deepagents artifact directory ``path`` is in, if it is in one
+        not yet made here."""
+        norm = posixpath.normpath(path)
+        for d in ARTIFACT_DIRS:
+            if norm.startswith(d + "/") and d not in self._artifacts_made:
+                return d
+        return None
+
+    def _make_artifact_dir(self, d: str) -> None:
+        """Make ``d`` (at the root, where the sandbox's user may not write) as
+        root, owned by that user, so that deepagents can keep its files there."""
+        owner = str(self._sb.info.raw.get("user") or "user")
+        r = self._sb.exec(["/bin/sh", "-c", 'mkdir -p -- "$1" && chown -- "$2" "$1"', "sh", d, owner], user="root", timeout=30)
+        if not r.ok:
+            raise PermissionDenied(f"making {d} for {owner}: {r.stderr.strip() or r.exit_code}")
+        self._artifacts_made.add(d)
 
     def edit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:  # noqa: FBT001, FBT002
         """Replace an exact string (CRLF files too), as BaseSandbox.edit reports it."""
@@ -286,8 +422,10 @@ class BerthSandbox(BaseSandbox):
 
             return EditResult(error=EMPTY_OLD_STRING_ERROR)
         try:
-            n = self._sb.edit(file_path, old_string, new_string, replace_all=replace_all)
+            n = self._call(lambda: self._sb.edit(file_path, old_string, new_string, replace_all=replace_all))
         except BerthError as e:
+            if (text := self._model_error(e)) is not None:
+                return EditResult(error=text)
             messages = {
                 "file_not_found": f"Error: File '{file_path}' not found",
                 "permission_denied": f"Error: Permission denied editing file '{file_path}'",
@@ -307,8 +445,10 @@ class BerthSandbox(BaseSandbox):
         """Lines of text files containing ``pattern`` (literal), skipping
         ``grep_exclude_dirs`` below the searched directory."""
         try:
-            res = self._sb.grep(pattern, path, glob=glob, limit=max_count + 1 if max_count is not None else 100_000)
+            res = self._call(lambda: self._sb.grep(pattern, path, glob=glob, limit=max_count + 1 if max_count is not None else 100_000))
         except BerthError as e:
+            if (text := self._model_error(e)) is not None:
+                return GrepResult(error=text)
             detail = "No such file or directory" if isinstance(e, NotFound) else e.message
             return GrepResult(error=f"Path '{path or '.'}': {detail}")
         root = (path or "").rstrip("/") + "/"
@@ -326,8 +466,10 @@ class BerthSandbox(BaseSandbox):
         """Files matching ``pattern`` (deepagents' glob contract), absolute paths."""
         root = path if path and path.startswith("/") else "/" + (path or "")
         try:
-            res = self._sb.glob(pattern, root, limit=100_000)
+            res = self._call(lambda: self._sb.glob(pattern, root, limit=100_000))
         except BerthError as e:
+            if (text := self._model_error(e)) is not None:
+                return GlobResult(matches=None, error=text)
             return GlobResult(matches=None, error=f"Path '{root}': {_code(e) if not isinstance(e, InvalidArgument) else e.message}")
         infos: list[FileInfo] = [
             {"path": m["path"], "is_dir": m["type"] == "dir", "size": m["size"], "modified_at": m["modified_at"]} for m in res["matches"]
@@ -357,8 +499,62 @@ class BerthSandbox(BaseSandbox):
         return await asyncio.to_thread(self.glob, pattern, path)
 
 
+_BACKEND_OPTIONS = ("timeout", "max_output_bytes", "auto_start")
+
+
+class BerthProvider:
+    """deepagents-code's sandbox provider for berth: its
+    ``deepagents_code.sandbox_providers`` entry point ``berth`` (so
+    ``dcode --sandbox berth`` works with berth installed beside it).
+    ``get_or_create`` takes :meth:`BerthSandbox.create`'s keywords (the
+    config's ``[sandboxes.providers.berth.params]``); the daemon is
+    ``$BERTH_URL`` (and ``$BERTH_API_KEY``) unless a client is given."""
+
+    def __init__(self, client: Berth | None = None) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> Berth:
+        if self._client is None:
+            self._client = Berth()
+        return self._client
+
+    @property
+    def metadata(self) -> Any:
+        """deepagents-code's description of this provider (None without it)."""
+        try:
+            from deepagents_code.integrations.sandbox_provider import SandboxProviderMetadata
+        except ImportError:
+            return None
+        return SandboxProviderMetadata(name="berth", working_dir="/home/user", backend_module="berth.deepagents")
+
+    def get_or_create(self, *, sandbox_id: str | None = None, **kwargs: Any) -> BerthSandbox:
+        """The backend of sandbox ``sandbox_id`` (started if it was stopped),
+        or of a new sandbox made with ``kwargs``."""
+        options = {k: kwargs.pop(k) for k in _BACKEND_OPTIONS if k in kwargs}
+        if sandbox_id is None:
+            return BerthSandbox.create(self.client, **options, **kwargs)
+        if kwargs:
+            msg = f"sandbox_id {sandbox_id!r} names an existing sandbox: creation options {sorted(kwargs)} do not apply"
+            raise InvalidArgument(msg)
+        return BerthSandbox(sandbox=self.client.get(sandbox_id), **options)
+
+    def delete(self, *, sandbox_id: str, **kwargs: Any) -> None:  # noqa: ARG002
+        """Delete the sandbox (a sandbox already gone is not an error)."""
+        try:
+            self.client.delete(sandbox_id)
+        except NotFound:
+            pass
+
+    async def aget_or_create(self, *, sandbox_id: str | None = None, **kwargs: Any) -> BerthSandbox:
+        return await asyncio.to_thread(lambda: self.get_or_create(sandbox_id=sandbox_id, **kwargs))
+
+    async def adelete(self, *, sandbox_id: str, **kwargs: Any) -> None:
+        await asyncio.to_thread(lambda: self.delete(sandbox_id=sandbox_id, **kwargs))
+
+
 def _as_dict(e: BerthError) -> dict[str, Any]:
     return {"class": e.error_class, "reason": e.reason or "", "message": e.message}
 
 
-__all__ = ["DEFAULT_TIMEOUT", "BerthSandbox"]
+__all__ = ["ARTIFACT_DIRS", "DEFAULT_TIMEOUT", "BerthProvider", "BerthSandbox"]

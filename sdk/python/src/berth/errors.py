@@ -6,7 +6,8 @@ for file operations and ports, sometimes a reason (``is_directory``,
 that nothing listens on, and ``merge_conflict``: :class:`Conflict` from an
 apply refused because both sides changed the same paths, listed in
 ``paths``). The SDK raises the subclass of :class:`BerthError` for the
-class; :func:`error_for` turns an error answer of a port's URL into the
+class; ``sandbox_gone``, ``sandbox_stopped`` and ``sandbox_paused`` say the
+sandbox itself, not a path, is why a call failed. :func:`error_for` turns an error answer of a port's URL into the
 same exception.
 """
 
@@ -17,6 +18,18 @@ from collections.abc import Sequence
 MERGE_CONFLICT = "merge_conflict"
 """The reason of the :class:`Conflict` of an apply that both sides' changes to
 the same paths refused (``paths`` lists them; nothing was applied)."""
+
+SANDBOX_GONE = "sandbox_gone"
+"""The reason of a :class:`NotFound` about the sandbox itself (it was deleted),
+not the path or process a call named."""
+
+SANDBOX_STOPPED = "sandbox_stopped"
+"""The reason of a :class:`Conflict` from a call that needs a running sandbox
+while it is stopped (or archived): start it and try again."""
+
+SANDBOX_PAUSED = "sandbox_paused"
+"""The reason of a :class:`Conflict` from a call to a paused sandbox: resume it
+and try again."""
 
 
 class BerthError(Exception):
@@ -152,6 +165,9 @@ def error_from_class(error_class: str, message: str, reason: str | None = None) 
 
 __all__ = [
     "MERGE_CONFLICT",
+    "SANDBOX_GONE",
+    "SANDBOX_PAUSED",
+    "SANDBOX_STOPPED",
     "AlreadyExists",
     "BerthError",
     "Conflict",
