@@ -75,6 +75,20 @@ test-e2b: build test-deps $(E2B_TEST)/.venv/.installed $(E2B_TEST)/node/node_mod
 	cd $(E2B_TEST)/python && BERTH_BINARY=$(CURDIR)/$(BIN) ../.venv/bin/python -m pytest -p no:cacheprovider -rfEx .
 	cd $(E2B_TEST)/node && BERTH_BINARY=$(CURDIR)/$(BIN) node --test --test-concurrency=1 e2b.test.mjs
 
+# The TypeScript SDK (sdk/typescript, the npm package @berthsh/berth),
+# installed from package-lock.json with npm ci, compiled by tsc, and tested
+# with Node's test runner against a real daemon that the tests start (its
+# quickstart example included).
+TS_SDK := sdk/typescript
+$(TS_SDK)/node_modules/.installed: $(TS_SDK)/package-lock.json
+	cd $(TS_SDK) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+.PHONY: test-typescript
+test-typescript: build test-deps $(TS_SDK)/node_modules/.installed
+	cd $(TS_SDK) && ./node_modules/.bin/tsc -p tsconfig.json
+	cd $(TS_SDK) && BERTH_BINARY=$(CURDIR)/$(BIN) node --test --test-concurrency=1 test/*.test.mjs
+
 # The benchmark suite: berth beside crun, runc, runsc, bwrap and podman in
 # one run of interleaved rounds (bench/main.go says how), and through E2B's
 # Python SDK (the venv above). It writes bench/results/latest.{md,json} and
@@ -90,4 +104,4 @@ bench-go: build
 	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchtime 200x -timeout 20m ./e2e/
 
 clean:
-	rm -rf bin $(GUEST) $(VENV) $(E2B_TEST)/.venv $(E2B_TEST)/node/node_modules
+	rm -rf bin $(GUEST) $(VENV) $(E2B_TEST)/.venv $(E2B_TEST)/node/node_modules $(TS_SDK)/node_modules $(TS_SDK)/dist

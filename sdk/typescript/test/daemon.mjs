@@ -1,0 +1,67 @@
+// A real `berth serve` for a test file: on a free loopback port, as root,
+// with a state directory of its own under /var/tmp/berth-test (chmod 755:
+// sandboxes run as unprivileged uids and must traverse it). The binary is
+// $BERTH_BINARY, else the repository's bin/berth. Stop it with stop().
+import { spawn } from 'node:child_process'
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { join, resolve } from 'node:path'
+
+export const repo = resolve(import.meta.dirname, '../../..')
+
+export function freePort() {
+  return new Promise((ok, fail) => {
+    const s = createServer()
+    s.on('error', fail)
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address()
+      s.close(() => ok(port))
+    })
+  })
+}
+
+export const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
+
+/** Starts a daemon; resolves to { url, socketUrl, state, stop }. */
+export async function startDaemon({ prefix = 'tssdk-', warmPool = 2 } = {}) {
+  const binary = process.env.BERTH_BINARY || join(repo, 'bin', 'berth')
+  if (!existsSync(binary)) throw new Error(`no berth binary at ${binary}: run make build (or set BERTH_BINARY)`)
+  const root = process.env.BERTH_TEST_STATE_ROOT || '/var/tmp/berth-test'
+  mkdirSync(root, { recursive: true })
+  const state = mkdtempSync(join(root, prefix))
+  chmodSync(state, 0o755)
+  const port = await freePort()
+  const url = `http://127.0.0.1:${port}`
+  const logPath = join(state, 'daemon.log')
+  const log = openSync(logPath, 'w')
+  const args = ['serve', '--listen', `127.0.0.1:${port}`, '--state-dir', state, '--warm-pool', String(warmPool)]
+  if (process.env.BERTH_TEST_RUNTIME) args.push('--default-runtime', process.env.BERTH_TEST_RUNTIME)
+  if (process.env.BERTH_RUNSC) args.push('--runsc', process.env.BERTH_RUNSC)
+  const proc = spawn(binary, args, { stdio: ['ignore', log, log] })
+  closeSync(log)
+  const deadline = Date.now() + 30000
+  for (;;) {
+    try {
+      const res = await fetch(url + '/healthz')
+      if (res.ok) break
+    } catch {}
+    if (proc.exitCode !== null || Date.now() > deadline) {
+      proc.kill('SIGKILL')
+      const tail = readFileSync(logPath, 'utf8').slice(-2000)
+      rmSync(state, { recursive: true, force: true })
+      throw new Error('berth serve did not start: ' + tail)
+    }
+    await sleep(50)
+  }
+  const stop = async () => {
+    if (proc.exitCode === null) {
+      const exited = new Promise((ok) => proc.once('exit', ok))
+      proc.kill('SIGTERM')
+      const t = setTimeout(() => proc.kill('SIGKILL'), 30000)
+      await exited
+      clearTimeout(t)
+    }
+    rmSync(state, { recursive: true, force: true })
+  }
+  return { url, socketUrl: 'unix://' + join(state, 'berth.sock'), state, stop, logPath }
+}
