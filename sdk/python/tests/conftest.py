@@ -20,7 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from berth import Berth
+from berth import AsyncBerth, Berth
+
+from _over_async import Loop, Over
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -140,6 +142,27 @@ def berth_url(daemon: Daemon) -> str:
 
 
 @pytest.fixture(scope="session")
-def client(berth_url: str) -> Iterator[Berth]:
+def sync_client(berth_url: str) -> Iterator[Berth]:
     with Berth(berth_url) as c:
         yield c
+
+
+# Every test that takes `client` runs with the sync client and again with
+# the async one behind the sync one's face (tests/_over_async.py), so one
+# suite checks both; on another runtime (BERTH_TEST_RUNTIME) the sync run is
+# enough, the clients being the same code above the daemon.
+_CLIENTS = ["sync"] if os.environ.get("BERTH_TEST_RUNTIME") else ["sync", "async"]
+
+
+@pytest.fixture(scope="session", params=_CLIENTS)
+def client(request: pytest.FixtureRequest, sync_client: Berth, berth_url: str) -> Iterator[Berth]:
+    if request.param == "sync":
+        yield sync_client
+        return
+    loop = Loop()
+    c = AsyncBerth(berth_url)
+    try:
+        yield Over(c, loop)  # type: ignore[misc]
+    finally:
+        loop.run(c.aclose())
+        loop.close()

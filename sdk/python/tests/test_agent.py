@@ -48,7 +48,7 @@ def call(name: str, args: dict[str, Any], i: int) -> AIMessage:
     return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": f"call_{i}", "type": "tool_call"}])
 
 
-def test_deep_agent_computes_primes_in_a_sandbox(client: Berth) -> None:
+def test_deep_agent_computes_primes_in_a_sandbox(sync_client: Berth) -> None:
     script = iter(
         [
             call("write_file", {"file_path": "/home/user/primes.py", "content": PRIMES_PY}, 1),
@@ -57,7 +57,7 @@ def test_deep_agent_computes_primes_in_a_sandbox(client: Berth) -> None:
             AIMessage(content="The first 50 primes are in /home/user/primes.txt."),
         ]
     )
-    with client.create() as sb:
+    with sync_client.create() as sb:
         agent = create_deep_agent(model=ScriptedModel(messages=script), backend=BerthSandbox(sandbox=sb))
         state = agent.invoke({"messages": [{"role": "user", "content": "Compute the first 50 primes in the sandbox."}]})
         tools = {m.name: m for m in state["messages"] if isinstance(m, ToolMessage)}
@@ -68,7 +68,7 @@ def test_deep_agent_computes_primes_in_a_sandbox(client: Berth) -> None:
         assert state["messages"][-1].content.startswith("The first 50 primes")
 
 
-def test_large_result_is_offloaded_to_a_file_in_the_sandbox(client: Berth) -> None:
+def test_large_result_is_offloaded_to_a_file_in_the_sandbox(sync_client: Berth) -> None:
     """A 300 KB execute result reaches the model as a short pointer to a file
     in /large_tool_results/, written there although the sandbox's user (uid
     1000) may not create directories at /."""
@@ -79,7 +79,7 @@ def test_large_result_is_offloaded_to_a_file_in_the_sandbox(client: Berth) -> No
             AIMessage(content="done"),
         ]
     )
-    with client.create() as sb:
+    with sync_client.create() as sb:
         agent = create_deep_agent(model=ScriptedModel(messages=script), backend=BerthSandbox(sandbox=sb))
         state = agent.invoke({"messages": [{"role": "user", "content": "Print a lot."}]})
         seen = next(m for m in state["messages"] if isinstance(m, ToolMessage) and m.name == "execute")
@@ -92,10 +92,10 @@ def test_large_result_is_offloaded_to_a_file_in_the_sandbox(client: Berth) -> No
         assert owner == "user"
 
 
-def test_idle_stopped_sandbox_is_started_by_the_next_call(client: Berth) -> None:
+def test_idle_stopped_sandbox_is_started_by_the_next_call(sync_client: Berth) -> None:
     """The sandbox's idle timeout stops it; the agent's next tool call starts
     it again and sees its files, without the model being told anything."""
-    sb = client.create(ephemeral=False, idle_timeout=1)
+    sb = sync_client.create(ephemeral=False, idle_timeout=1)
     try:
         sb.write("/home/user/notes.txt", "kept across the stop\n")
         deadline = time.monotonic() + 60
@@ -117,11 +117,11 @@ def test_idle_stopped_sandbox_is_started_by_the_next_call(client: Berth) -> None
         sb.delete()
 
 
-def test_errors_about_the_sandbox_are_written_for_the_model(client: Berth, caplog: pytest.LogCaptureFixture) -> None:
+def test_errors_about_the_sandbox_are_written_for_the_model(sync_client: Berth, caplog: pytest.LogCaptureFixture) -> None:
     """A stopped sandbox without auto_start, and a deleted one: the model reads
     what happened in plain words (no routes, no file error codes); the
     daemon's message goes to the operator's log."""
-    sb = client.create(ephemeral=False)
+    sb = sync_client.create(ephemeral=False)
     backend = BerthSandbox(sandbox=sb, auto_start=False)
     sb.stop()
     out = backend.execute("true")
@@ -138,14 +138,14 @@ def test_errors_about_the_sandbox_are_written_for_the_model(client: Berth, caplo
     assert backend.download_files(["/home/user/x"])[0].error.startswith("the sandbox was deleted")
 
 
-def test_deepagents_code_finds_berth_as_a_sandbox_provider(client: Berth) -> None:
+def test_deepagents_code_finds_berth_as_a_sandbox_provider(sync_client: Berth) -> None:
     """The deepagents_code.sandbox_providers entry point loads BerthProvider,
     which deepagents-code calls as its registry does: entry.load()(), then
     get_or_create and delete."""
     from importlib.metadata import entry_points
 
     (entry,) = [e for e in entry_points(group="deepagents_code.sandbox_providers") if e.name == "berth"]
-    provider = entry.load()(client)
+    provider = entry.load()(sync_client)
     backend = provider.get_or_create(labels={"via": "deepagents-code"})
     try:
         assert backend.execute("echo hi").output == "hi\n"
@@ -157,4 +157,4 @@ def test_deepagents_code_finds_berth_as_a_sandbox_provider(client: Berth) -> Non
         provider.delete(sandbox_id=backend.id)
     provider.delete(sandbox_id=backend.id)  # already gone: not an error
     with pytest.raises(NotFound):
-        client.get(backend.id)
+        sync_client.get(backend.id)

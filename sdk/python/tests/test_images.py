@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import tarfile
+import uuid
 
 import pytest
 
@@ -37,9 +38,16 @@ def _docker_save(tag: str, files: dict[str, bytes]) -> bytes:
     return _tar({"manifest.json": manifest, config_name: config, "layer.tar": layer})
 
 
+# Each run's images are its own (the suite runs once per client on one
+# daemon): a nonce in the tags and in a layer's files.
+def _nonce() -> str:
+    return uuid.uuid4().hex[:8]
+
+
 def test_import_an_image_and_make_a_sandbox_of_it(client: Berth) -> None:
-    tag = "sdk.test/greeting:1"
-    imgs = client.import_image(_docker_save(tag, {"srv/hello.txt": b"hello from an image\n"}))
+    n = _nonce()
+    tag = f"sdk.test/greeting-{n}:1"
+    imgs = client.import_image(_docker_save(tag, {"srv/hello.txt": b"hello from an image\n", "srv/nonce": n.encode()}))
     assert imgs[0]["names"] == [tag]
     image_id = imgs[0]["id"]
     assert any(i["id"] == image_id for i in client.list_images())
@@ -60,8 +68,9 @@ def test_build_a_template_from_a_dockerfile(client: Berth, tmp_path) -> None:
     """A template built from a directory with a Dockerfile, on an imported
     image: its files and config reach the sandboxes made of it, and the same
     build again takes every step from the cache."""
-    base = "sdk.test/template-base:1"
-    client.import_image(_docker_save(base, {"srv/hello.txt": b"hello from an image\n"}))
+    n = _nonce()
+    base = f"sdk.test/template-base-{n}:1"
+    client.import_image(_docker_save(base, {"srv/hello.txt": b"hello from an image\n", "srv/nonce": n.encode()}))
     (tmp_path / "Dockerfile").write_text(
         f"FROM {base}\nENV STAGE=built\nWORKDIR /srv/app\nCOPY app/ ./\nCOPY notes.txt /srv/notes/\n")
     (tmp_path / "app").mkdir()
@@ -69,16 +78,16 @@ def test_build_a_template_from_a_dockerfile(client: Berth, tmp_path) -> None:
     (tmp_path / "notes.txt").write_text("notes\n")
     (tmp_path / "secret.txt").write_text("never sent\n")
     (tmp_path / ".dockerignore").write_text("secret.txt\n")
-    res = client.build_template("sdk.test/agent-env:1", tmp_path)
+    res = client.build_template(f"sdk.test/agent-env-{n}:1", tmp_path)
     assert res["executed"] == 3 and res["cached_steps"] == 0, res
     assert res["image"]["template"] and res["image"]["config"]["working_dir"] == "/srv/app"
     assert any(t["id"] == res["image"]["id"] for t in client.list_templates())
-    with client.create(image="sdk.test/agent-env:1") as sb:
+    with client.create(image=f"sdk.test/agent-env-{n}:1") as sb:
         assert sb.info.raw["env"]["STAGE"] == "built" and sb.info.raw["workdir"] == "/srv/app"
         assert sb.download("main.py") == b"print('hi')\n"
         assert sb.download("/srv/notes/notes.txt") == b"notes\n"
         assert sb.download("/srv/hello.txt") == b"hello from an image\n"
-    again = client.build_template("sdk.test/agent-env:1", tmp_path)
+    again = client.build_template(f"sdk.test/agent-env-{n}:1", tmp_path)
     assert again["executed"] == 0 and again["cached_steps"] == 3 and again["image"]["id"] == res["image"]["id"]
     with pytest.raises(InvalidArgument) as exc:
         client.build_template("sdk.test/broken:1", _tar({"Dockerfile": f"FROM {base}\nVOLUME /data\n".encode()}))

@@ -5,10 +5,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
-from berth import AsyncBerth, Berth, Conflict, DaemonUnreachable, InvalidArgument, NotFound, PermissionDenied
+from berth import (
+    AsyncBerth,
+    AsyncSandbox,
+    Berth,
+    Conflict,
+    DaemonUnreachable,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    SandboxInfo,
+)
 from berth.deepagents import BerthSandbox
 
 
@@ -108,8 +120,8 @@ def test_file_tools_and_errors(client: Berth) -> None:
         assert res[0]["content"].startswith(b"x = 10") and res[1]["error"]["class"] == "not_found"
 
 
-def test_deepagents_errors_and_timeout(client: Berth) -> None:
-    with client.create() as sb:
+def test_deepagents_errors_and_timeout(sync_client: Berth) -> None:
+    with sync_client.create() as sb:
         backend = BerthSandbox(sandbox=sb)
         timed = backend.execute("sleep 5", timeout=1)
         assert timed.exit_code == 124 and "timed out after 1 seconds" in timed.output
@@ -139,5 +151,40 @@ def test_async_client(berth_url: str) -> None:
                 assert b"".join(chunks) == b"abc"
             with pytest.raises(NotFound):
                 await c.get(sb.id)
+
+    asyncio.run(run())
+
+
+def test_async_client_streams_uploads_and_downloads(berth_url: str, tmp_path: Path) -> None:
+    """What only the async client takes: uploads from an async iterator, from
+    a binary file and from a plain iterator (read in a thread), a download as
+    an async iterator, and a tar in and out; a daemon that is down names its
+    URL on a streamed call too."""
+
+    async def chunks(n: int) -> AsyncIterator[bytes]:
+        for i in range(n):
+            yield bytes([i]) * 65536
+
+    async def run() -> None:
+        async with AsyncBerth(berth_url) as c, await c.create() as sb:
+            await sb.upload("/home/user/big.bin", chunks(64))  # 4 MiB, streamed
+            want = b"".join(bytes([i]) * 65536 for i in range(64))
+            got = b"".join([part async for part in sb.download_stream("/home/user/big.bin", chunk_size=1 << 16)])
+            assert got == want
+            (tmp_path / "local.txt").write_bytes(b"from a file\n")
+            with open(tmp_path / "local.txt", "rb") as f:
+                await sb.upload("/home/user/from-file.txt", f)
+            await sb.upload("/home/user/from-iter.txt", iter([b"one ", b"", b"two\n"]))
+            assert await sb.download("/home/user/from-iter.txt") == b"one two\n"
+            await sb.download_to("/home/user/from-file.txt", tmp_path / "back.txt")
+            assert (tmp_path / "back.txt").read_bytes() == b"from a file\n"
+            tar = await sb.download_archive("/home/user/from-file.txt")
+            await sb.upload_archive("/home/user/unpacked", tar)
+            assert await sb.read("/home/user/unpacked/from-file.txt") is not None
+            assert await sb.exists("/home/user/unpacked/from-file.txt")
+        async with AsyncBerth("http://127.0.0.1:9", timeout=2) as down:
+            sb = AsyncSandbox(down, SandboxInfo(id="sb-x", state="running"))
+            with pytest.raises(DaemonUnreachable, match="127.0.0.1:9"):
+                [e async for e in sb.exec_stream("true")]
 
     asyncio.run(run())

@@ -111,7 +111,7 @@ def test_three_forks(client: Berth) -> None:
         pid = sb.start_process(["sleep", "300"])
         forks = sb.fork(3, labels=[{"branch": str(i)} for i in range(3)])
         with _deleting(*forks):
-            assert len(forks) == 3 and all(isinstance(f, Sandbox) for f in forks)
+            assert len(forks) == 3 and all(type(f) is type(sb) for f in forks)
             assert forks.snapshot.startswith("snap-") and forks.frozen_ms >= 0
             assert len({f.id for f in forks} | {sb.id}) == 4
             for i, f in enumerate(forks):
@@ -361,7 +361,8 @@ def test_async_snapshots_forks_diff_apply_pause(berth_url: str) -> None:
     asyncio.run(run())
 
 
-def test_deepagents_backend_forks(client: Berth) -> None:
+def test_deepagents_backend_forks(sync_client: Berth) -> None:
+    client = sync_client
     with client.create() as sb:
         backend = BerthSandbox(sandbox=sb, timeout=60)
         assert backend.write(f"{HOME}/plan.md", "step 1\n").error is None

@@ -40,8 +40,8 @@ KNOWN_INCOMPATIBLE = {
 
 class TestBerthSandboxStandard(SandboxIntegrationTests):
     @pytest.fixture
-    def sandbox(self, client: Berth) -> Iterator[SandboxBackendProtocol]:
-        sb = client.create()
+    def sandbox(self, sync_client: Berth) -> Iterator[SandboxBackendProtocol]:
+        sb = sync_client.create()
         try:
             yield BerthSandbox(sandbox=sb)
         finally:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import fnmatch
 import io
 import json
 import os
 import tarfile
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
@@ -50,6 +51,27 @@ _ACCESS_TOKEN_QUERY = "berth_access_token"
 # The domain of ports in host form when the daemon names none.
 _DEFAULT_PORTS_DOMAIN = "berth.localhost"
 Body = bytes | IO[bytes] | Iterator[bytes]
+# The async client's bodies: an async iterator is streamed as it yields; a
+# file or an iterator is read in a worker thread.
+AsyncBody = bytes | IO[bytes] | Iterator[bytes] | AsyncIterable[bytes]
+
+
+def _async_body(data: Any) -> Any:
+    """``data`` as httpx's async client sends it: bytes as they are, an async
+    iterable as it is, a binary file or a plain iterator read in a thread."""
+    if isinstance(data, (bytes, bytearray, memoryview)) or hasattr(data, "__aiter__"):
+        return data
+    if hasattr(data, "read"):
+        return _read_in_thread(lambda: data.read(1 << 20) or None)
+    it = iter(data)
+    return _read_in_thread(lambda: next(it, None))
+
+
+async def _read_in_thread(read: Callable[[], bytes | None]) -> AsyncIterator[bytes]:
+    """The chunks ``read`` returns, each read in a worker thread, until None."""
+    while (chunk := await asyncio.to_thread(read)) is not None:
+        if chunk:
+            yield chunk
 
 
 @dataclass
@@ -922,10 +944,15 @@ class Sandbox(_FileMixin, _PortsMixin):
         """Read a whole file."""
         return self._c._send(_Ops.download(self.id, path, user))
 
+    def download_stream(self, path: str, *, user: str | None = None, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """A file's bytes as they arrive (for files too large to hold)."""
+        with self._c._stream(_Ops.download(self.id, path, user)) as r:
+            yield from r.iter_bytes(chunk_size)
+
     def download_to(self, path: str, local: str | os.PathLike[str], *, user: str | None = None) -> None:
         """Stream a file to a local path."""
-        with self._c._stream(_Ops.download(self.id, path, user)) as r, open(local, "wb") as f:
-            for chunk in r.iter_bytes(1 << 20):
+        with open(local, "wb") as f:
+            for chunk in self.download_stream(path, user=user):
                 f.write(chunk)
 
     def upload_archive(self, path: str, tar: Body, *, user: str | None = None) -> dict[str, Any]:
@@ -1257,19 +1284,18 @@ class AsyncSandbox(_FileMixin, _PortsMixin):
         """As :meth:`Sandbox.apply`."""
         return await self._c._send(_Ops.apply(self.id, from_, overwrite))
 
-    async def apply_tar(self, tar: bytes) -> ApplyResult:
-        return await self._c._send(_Ops.apply_tar(self.id, tar))
+    async def apply_tar(self, tar: AsyncBody) -> ApplyResult:
+        """As :meth:`Sandbox.apply_tar` (bytes, a binary file or an async iterator of bytes)."""
+        return await self._c._send(_Ops.apply_tar(self.id, _async_body(tar)))
 
     async def exec(self, cmd: Sequence[str] | str, **kw: Any) -> ExecResult:
         """Run a command and wait for it (keywords as :meth:`Sandbox.exec`)."""
         return await self._c._send(_Ops.exec(self.id, _exec_body(cmd, **{k: kw.get(k) for k in _EXEC_KW})))
 
     async def exec_stream(self, cmd: Sequence[str] | str, **kw: Any) -> AsyncIterator[ExecEvent]:
+        """As :meth:`Sandbox.exec_stream`: the events as they happen."""
         call = _Ops.exec_stream(self.id, _exec_body(cmd, **{k: kw.get(k) for k in _EXEC_KW}))
-        async with self._c._http.stream(call.method, call.path, params=call.params, json=call.json, timeout=call.timeout) as r:
-            if r.status_code // 100 != 2:
-                await r.aread()
-                _check(r)
+        async with self._c._stream(call) as r:
             async for line in r.aiter_lines():
                 if line.strip():
                     yield ExecEvent.from_json(json.loads(line))
@@ -1314,13 +1340,36 @@ class AsyncSandbox(_FileMixin, _PortsMixin):
         """As :meth:`Sandbox.attach`."""
         return await self._c._terminal(_Ops.attach(self.id, pid))
 
-    async def upload(self, path: str, data: bytes | str, *, mode: int | None = None, user: str | None = None, create_only: bool = False) -> FileInfo:
+    async def upload(
+        self, path: str, data: AsyncBody | str, *, mode: int | None = None, user: str | None = None, create_only: bool = False
+    ) -> FileInfo:
+        """As :meth:`Sandbox.upload`; ``data`` may also be an async iterator of bytes (streamed)."""
         if isinstance(data, str):
             data = data.encode()
-        return await self._c._send(_Ops.upload(self.id, path, data, mode, user, create_only))
+        return await self._c._send(_Ops.upload(self.id, path, _async_body(data), mode, user, create_only))
 
     async def download(self, path: str, *, user: str | None = None) -> bytes:
         return await self._c._send(_Ops.download(self.id, path, user))
+
+    async def download_stream(self, path: str, *, user: str | None = None, chunk_size: int = 1 << 20) -> AsyncIterator[bytes]:
+        """A file's bytes as they arrive (for files too large to hold)."""
+        async with self._c._stream(_Ops.download(self.id, path, user)) as r:
+            async for chunk in r.aiter_bytes(chunk_size):
+                yield chunk
+
+    async def download_to(self, path: str, local: str | os.PathLike[str], *, user: str | None = None) -> None:
+        """As :meth:`Sandbox.download_to`: stream a file to a local path."""
+        with open(local, "wb") as f:  # noqa: ASYNC230 (local disk writes of streamed chunks)
+            async for chunk in self.download_stream(path, user=user):
+                f.write(chunk)
+
+    async def upload_archive(self, path: str, tar: AsyncBody, *, user: str | None = None) -> dict[str, Any]:
+        """As :meth:`Sandbox.upload_archive`: unpack a tar stream into a directory."""
+        return await self._c._send(_Ops.upload_archive(self.id, path, _async_body(tar), user))
+
+    async def download_archive(self, path: str, *, user: str | None = None) -> bytes:
+        """As :meth:`Sandbox.download_archive`: a file or tree as a tar stream."""
+        return await self._c._send(_Ops.download_archive(self.id, path, user))
 
     async def upload_files(self, files: Sequence[tuple[str, bytes]], *, user: str | None = None) -> list[dict[str, Any]]:
         body = {"files": [{"path": p, "content": base64.b64encode(c).decode()} for p, c in files], "user": user}
@@ -1334,12 +1383,66 @@ class AsyncSandbox(_FileMixin, _PortsMixin):
         """Any file operation by name (stat, exists, list, mkdir, move, remove, read, write, edit, glob, grep)."""
         return await self._c._send(self._fs(op, body))
 
+    async def stat(self, path: str, **w: Any) -> FileInfo:
+        return await self._c._send(self._fs("stat", {"path": path, **w}))
+
+    async def exists(self, path: str, **w: Any) -> bool:
+        return bool((await self._c._send(self._fs("exists", {"path": path, **w})))["exists"])
+
+    async def ls(self, path: str, *, depth: int | None = None, **w: Any) -> ListResult:
+        return await self._c._send(self._fs("list", {"path": path, "depth": depth, **w}))
+
+    async def mkdir(self, path: str, *, parents: bool = True, mode: int | None = None, **w: Any) -> FileInfo:
+        return await self._c._send(self._fs("mkdir", {"path": path, "parents": parents, "mode": mode, **w}))
+
+    async def move(self, src: str, dst: str, *, overwrite: bool = False, **w: Any) -> FileInfo:
+        return await self._c._send(self._fs("move", {"from": src, "to": dst, "overwrite": overwrite, **w}))
+
+    async def remove(self, path: str, *, recursive: bool = False, force: bool = False, **w: Any) -> None:
+        await self._c._send(self._fs("remove", {"path": path, "recursive": recursive, "force": force, **w}))
+
+    async def read(self, path: str, *, offset: int = 0, limit: int | None = None, **w: Any) -> ReadResult:
+        """As :meth:`Sandbox.read`: a page of a text file's numbered lines."""
+        return await self._c._send(self._fs("read", {"path": path, "offset": offset, "limit": limit, **w}))
+
+    async def write(self, path: str, content: str, *, create_only: bool = False, **w: Any) -> FileInfo:
+        return await self._c._send(self._fs("write", {"path": path, "content": content, "create_only": create_only, **w}))
+
+    async def edit(self, path: str, old: str, new: str, *, replace_all: bool = False, **w: Any) -> int:
+        """As :meth:`Sandbox.edit`: the number of occurrences replaced."""
+        body = {"path": path, "old": old, "new": new, "replace_all": replace_all, **w}
+        return int((await self._c._send(self._fs("edit", body)))["occurrences"])
+
+    async def glob(self, pattern: str, path: str | None = None, *, limit: int | None = None, **w: Any) -> GlobResult:
+        return await self._c._send(self._fs("glob", {"pattern": pattern, "path": path, "limit": limit, **w}))
+
+    async def grep(
+        self,
+        pattern: str,
+        path: str | None = None,
+        *,
+        glob: str | None = None,
+        regex: bool = False,
+        ignore_case: bool = False,
+        limit: int | None = None,
+        **w: Any,
+    ) -> GrepResult:
+        body = {"pattern": pattern, "path": path, "glob": glob, "regex": regex, "ignore_case": ignore_case, "limit": limit, **w}
+        return await self._c._send(self._fs("grep", body))
+
     async def set_network(self, network: str | Mapping[str, Any] | None = None, *, allow: Sequence[str] | None = None) -> SandboxInfo:
         self.info = await self._c._send(_Ops.set_network(self.id, _network(network, allow) or {"mode": "none"}))
         return self.info
 
     async def egress(self, *, after: int = 0, limit: int | None = None, denied: bool = False) -> list[dict[str, Any]]:
         return await self._c._send(_Ops.egress(self.id, after, limit, denied))
+
+    async def follow_egress(self, *, after: int = 0, denied: bool = False) -> AsyncIterator[dict[str, Any]]:
+        """As :meth:`Sandbox.follow_egress`: stored records, then new ones as they happen."""
+        async with self._c._stream(_Ops.egress(self.id, after, None, denied, follow=True)) as r:
+            async for line in r.aiter_lines():
+                if line.strip():
+                    yield json.loads(line)
 
     async def ports(self) -> list[Port]:
         return await self._c._send(_Ops.ports(self.id))
@@ -1402,6 +1505,24 @@ class AsyncBerth:
 
     async def _terminal(self, call: _Call) -> AsyncTerminal:
         return await AsyncTerminal._open(self, call.path, call.params)
+
+    @contextlib.asynccontextmanager
+    async def _stream(self, call: _Call) -> AsyncIterator[httpx.Response]:
+        """The response to ``call``, its body not yet read; an error answer raises."""
+        try:
+            cm = self._http.stream(
+                call.method, call.path, params=call.params, json=call.json, content=call.content, headers=call.headers, timeout=call.timeout
+            )
+            r = await cm.__aenter__()
+        except httpx.TransportError as e:
+            raise DaemonUnreachable(f"berth daemon not reachable at {self.url}: {e}") from e
+        try:
+            if r.status_code // 100 != 2:
+                await r.aread()
+                _check(r)
+            yield r
+        finally:
+            await cm.__aexit__(None, None, None)
 
     async def create(self, *, ephemeral: bool = True, labels: Mapping[str, str] | None = None, **kw: Any) -> AsyncSandbox:
         body = _create_body(labels, *(kw.get(k) for k in _CREATE_KW))
