@@ -52,7 +52,7 @@ func AddCommands(root *cobra.Command) {
 		portsCommand(connect), portForwardCommand(connect), shellCommand(connect), attachCommand(connect), accessTokenCommand(connect),
 		imageCommand(connect), poolCommand(connect), templateCommand(connect),
 		snapshotCommand(connect), forkCommand(connect), diffCommand(connect), applyCommand(connect),
-		pauseCommand(connect), resumeCommand(connect),
+		pauseCommand(connect), resumeCommand(connect), mcpCommand(connect),
 	)
 }
 

@@ -1,0 +1,107 @@
+package mcpserver_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berthsh/berth/client"
+	"github.com/berthsh/berth/internal/testutil"
+)
+
+// daemon is a berth daemon started for one test.
+type daemon struct {
+	url    string
+	client *client.Client
+}
+
+// lockedBuffer collects a process's output for the failure log.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startDaemon runs `berth serve` as root on a loopback port with a fresh
+// state directory; when the test ends its sandboxes are deleted and it is
+// stopped (the state directory goes with testutil.StateDir's cleanup).
+func startDaemon(t *testing.T) *daemon {
+	t.Helper()
+	testutil.RequireRoot(t)
+	state := testutil.StateDir(t)
+	addr := freeAddr(t)
+	var log lockedBuffer
+	cmd := exec.Command(testutil.Berth(t), "serve", "--state-dir", state, "--listen", addr, "--warm-pool", "0")
+	cmd.Stdout, cmd.Stderr = &log, &log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{url: "http://" + addr}
+	c, err := client.New(d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.client = c
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if list, err := c.ListSandboxes(ctx, nil); err == nil {
+			for _, sb := range list {
+				c.DeleteSandbox(ctx, sb.ID)
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", log.String())
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Health(ctx)
+		cancel()
+		if err == nil {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon did not answer at %s: %v\n%s", d.url, err, log.String())
+		}
+	}
+}
+
+// freeAddr is a loopback address with a port that nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func mustClient(t *testing.T, url string) *client.Client {
+	t.Helper()
+	c, err := client.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

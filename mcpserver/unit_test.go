@@ -1,0 +1,91 @@
+package mcpserver
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthsh/berth/errdefs"
+)
+
+func TestLoopbackAddr(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{":7681", "127.0.0.1:7681"},
+		{"127.0.0.1:0", "127.0.0.1:0"},
+		{"127.8.9.10:80", "127.8.9.10:80"},
+		{"[::1]:7681", "[::1]:7681"},
+		{"localhost:7681", "localhost:7681"},
+	} {
+		if got, err := LoopbackAddr(c.in); err != nil || got != c.want {
+			t.Errorf("LoopbackAddr(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+	for _, in := range []string{"0.0.0.0:7681", "[::]:7681", "10.0.0.1:7681", "example.com:80", "7681", ""} {
+		if _, err := LoopbackAddr(in); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "--http") {
+			t.Errorf("LoopbackAddr(%q): %v, want an invalid_argument error naming --http", in, err)
+		}
+	}
+}
+
+func TestFileURI(t *testing.T) {
+	for _, c := range []struct{ id, path, uri string }{
+		{"sb-1", "/home/user/a.txt", "berth://sandbox/sb-1/home/user/a.txt"},
+		{"sb-1", "/a dir/q&a?#.md", "berth://sandbox/sb-1/a%20dir/q&a%3F%23.md"},
+		{"sb-1", "/", "berth://sandbox/sb-1/"},
+	} {
+		if got := FileURI(c.id, c.path); got != c.uri {
+			t.Errorf("FileURI(%q, %q) = %q, want %q", c.id, c.path, got, c.uri)
+		}
+		id, p, err := parseFileURI(c.uri)
+		if err != nil || id != c.id || p != c.path {
+			t.Errorf("parseFileURI(%q) = %q, %q, %v", c.uri, id, p, err)
+		}
+	}
+	for _, bad := range []string{"file:///etc/passwd", "berth://sandbox/", "berth://sandbox/sb-1", "berth://sandbox/sb-1/%zz"} {
+		if _, _, err := parseFileURI(bad); err == nil {
+			t.Errorf("parseFileURI(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzFileURI(f *testing.F) {
+	f.Add("sb-1", "/home/user/a b/c%d.txt")
+	f.Fuzz(func(t *testing.T, id, p string) {
+		if id == "" || !strings.HasPrefix(p, "/") || strings.Contains(p, "//") || strings.Contains(p, "/./") ||
+			strings.Contains(p, "/../") || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..") || (len(p) > 1 && strings.HasSuffix(p, "/")) {
+			return // FileURI cleans such paths
+		}
+		gotID, gotPath, err := parseFileURI(FileURI(id, p))
+		if err != nil || gotID != id || gotPath != p {
+			t.Errorf("round trip of %q, %q: %q, %q, %v", id, p, gotID, gotPath, err)
+		}
+	})
+}
+
+func TestExecText(t *testing.T) {
+	for _, c := range []struct {
+		r    executeOutput
+		want string
+	}{
+		{executeOutput{Stdout: "hi\n"}, "hi\n[exit code 0]"},
+		{executeOutput{Stdout: "no newline", Stderr: "err", ExitCode: 1}, "no newline\n[stderr]\nerr\n[exit code 1]"},
+		{executeOutput{}, "[exit code 0]"},
+		{executeOutput{TimedOut: true, ExitCode: 137, Signal: 9},
+			"[timed out after 2s: the command and its children were killed; pass a larger timeout if it needs longer]\n[ended by signal 9]\n[exit code 137]"},
+		{executeOutput{Stdout: "aaaa", StdoutTruncated: true, OOMKilled: true, ExitCode: 137},
+			"aaaa\n[stdout truncated: only its first 4 bytes are shown; redirect to a file and read_file or grep it for the rest]\n" +
+				"[killed: the sandbox ran out of memory (oom_killed)]\n[exit code 137]"},
+		{executeOutput{Error: "exec: nope: not found", ExitCode: 127}, "[could not start: exec: nope: not found]\n[exit code 127]"},
+	} {
+		if got := execText(c.r, 2*time.Second, 4); got != c.want {
+			t.Errorf("execText(%+v) =\n%q\nwant\n%q", c.r, got, c.want)
+		}
+	}
+}
+
+func TestErrorText(t *testing.T) {
+	err := errdefs.New(errdefs.NotFound, "sandbox %q not found", "sb-x")
+	if got := ErrorText(err); got != "Error (not_found): sandbox \"sb-x\" not found\nCheck the sandbox_id or path: list_sandboxes shows the sandboxes there are, ls shows what is in a directory." {
+		t.Errorf("ErrorText: %q", got)
+	}
+}
