@@ -15,13 +15,17 @@ import os
 
 from deepagents import create_deep_agent
 from langchain.chat_models import init_chat_model
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
 
 from berth import Berth
 from berth.deepagents import BerthSandbox
 
 
-def main() -> None:
-    model = init_chat_model(os.environ.get("BERTH_MODEL", "anthropic:claude-sonnet-4-5"))
+def main(model: BaseChatModel | None = None) -> list[BaseMessage]:
+    """Run the agent once and return its messages (the tests pass a scripted
+    model)."""
+    model = model or init_chat_model(os.environ.get("BERTH_MODEL", "anthropic:claude-sonnet-4-5"))
     with Berth() as client, client.create(memory=1 << 30, cpus=1) as sandbox:
         agent = create_deep_agent(
             model=model,
@@ -31,8 +35,8 @@ def main() -> None:
         result = agent.invoke(
             {"messages": [{"role": "user", "content": "Write and run a Python script that prints the first 20 primes."}]}
         )
-        print(result["messages"][-1].content)
+        return result["messages"]
 
 
 if __name__ == "__main__":
-    main()
+    print(main()[-1].content)
