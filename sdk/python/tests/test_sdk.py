@@ -188,3 +188,19 @@ def test_async_client_streams_uploads_and_downloads(berth_url: str, tmp_path: Pa
                 [e async for e in sb.exec_stream("true")]
 
     asyncio.run(run())
+
+
+def test_every_error_class_of_the_api_has_its_exception() -> None:
+    """Each class in api/openapi.yaml's Error enum becomes the exception of
+    that class, with the daemon's message and reason kept verbatim."""
+    from berth.errors import error_for
+
+    doc = (Path(__file__).resolve().parents[3] / "api" / "openapi.yaml").read_text()
+    block = doc[doc.index("\n    Error:\n") :]
+    block = block[block.index("enum:") : block.index("message:")]
+    classes = [ln.strip()[2:] for ln in block.splitlines() if ln.strip().startswith("- ")]
+    assert len(classes) >= 13, classes
+    for cls in classes:
+        e = error_for(400, {"error": {"class": cls, "message": f"the daemon's words for {cls}", "reason": "sandbox_gone"}})
+        assert e.error_class == cls and e.message == f"the daemon's words for {cls}" and e.reason == "sandbox_gone"
+        assert str(e) == e.message
