@@ -719,19 +719,21 @@ export class Sandbox {
   /** The stored egress records, then new ones as they happen, until the
    * sandbox is deleted, the loop breaks, or signal aborts. */
   async *followEgress(opts: { after?: number; denied?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<EgressRecord, void, undefined> {
-    const res = await this.t.request({
-      method: "GET",
-      path: sb(this.id, "egress"),
-      query: { after: opts.after || undefined, denied: opts.denied ? "true" : undefined, follow: "true" },
-      timeoutMs: null,
-      signal: opts.signal,
-    });
+    let res: IncomingMessage | undefined;
     try {
+      res = await this.t.request({
+        method: "GET",
+        path: sb(this.id, "egress"),
+        query: { after: opts.after || undefined, denied: opts.denied ? "true" : undefined, follow: "true" },
+        timeoutMs: null,
+        signal: opts.signal,
+      });
       for await (const line of lines(res)) yield JSON.parse(line);
     } catch (e) {
-      if (!(opts.signal?.aborted && (e as Error).name === "AbortError")) throw e;
+      // An abort ends the stream quietly, whichever way the socket broke.
+      if (!opts.signal?.aborted) throw e;
     } finally {
-      res.destroy();
+      res?.destroy();
     }
   }
 
@@ -984,9 +986,10 @@ export class Berth {
     return (await this.transport.json({ method: "GET", path: "/v1/templates" })).images;
   }
 
-  /** Keeps `size` sandboxes of image warm, so that a create is a hand-over. */
-  setPool(image: string, size: number): Promise<Json> {
-    return this.transport.json({ method: "PUT", path: "/v1/pools", json: { image, size } });
+  /** Keeps `size` sandboxes of image (on runtime, default the daemon's) warm,
+   * so that a create of it is a hand-over; size 0 removes the pool. */
+  setPool(image: string, size: number, opts: { runtime?: string } = {}): Promise<Json> {
+    return this.transport.json({ method: "PUT", path: "/v1/pools", json: dropUndefined({ image, size, runtime: opts.runtime }) });
   }
 
   async pools(): Promise<Json[]> {
