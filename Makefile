@@ -9,7 +9,7 @@ STATE   ?= /var/lib/berth
 LISTEN  ?= 127.0.0.1:7680
 PKGS    := ./...
 
-.PHONY: build runsc run install test test-go test-python test-e2b test-deps vet bench bench-deps bench-go fuzz clean
+.PHONY: build runsc run install test test-go test-python test-typescript test-e2b test-deps vet bench bench-deps bench-go fuzz clean
 
 build:
 	$(GO) build -trimpath -o $(GUEST) ./cmd/berth-guest
@@ -39,7 +39,7 @@ vet:
 test-deps:
 	./scripts/test-deps.sh
 
-test: test-go test-python test-e2b
+test: test-go test-python test-typescript test-e2b
 
 test-go: build vet test-deps runsc
 	BERTH_BINARY=$(CURDIR)/$(BIN) BERTH_RUNSC=$(CURDIR)/bin/runsc $(GO) test -count=1 -timeout 20m $(PKGS)
