@@ -202,6 +202,16 @@ type downloadOutput struct {
 	MIMEType string `json:"mime_type"`
 	Encoding string `json:"encoding" jsonschema:"text or base64: how content is given."`
 	Content  string `json:"content"`
+	// blob is a binary file's bytes, for the embedded resource.
+	blob []byte
+}
+
+// extraContent embeds a binary file as a resource with its MIME type.
+func (o downloadOutput) extraContent() []mcp.Content {
+	if o.blob == nil {
+		return nil
+	}
+	return []mcp.Content{&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: o.URI, MIMEType: o.MIMEType, Blob: o.blob}}}
 }
 
 // pathSchema marks path required and non-empty where a tool has it.
@@ -513,15 +523,8 @@ func (b *backend) download(ctx context.Context, in downloadInput) (downloadOutpu
 		out.Encoding, out.Content = "text", string(data)
 		return out, out.Content, nil
 	}
-	out.Encoding, out.Content = "base64", base64.StdEncoding.EncodeToString(data)
-	res := &mcp.CallToolResult{
-		Content: []mcp.Content{
-			&mcp.TextContent{Text: fmt.Sprintf("%s: %d bytes of %s, base64 below and as the embedded resource %s\n%s", abs, out.Size, out.MIMEType, out.URI, out.Content)},
-			&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: out.URI, MIMEType: out.MIMEType, Blob: data}},
-		},
-		StructuredContent: out,
-	}
-	return out, "", &resultError{res: res}
+	out.Encoding, out.Content, out.blob = "base64", base64.StdEncoding.EncodeToString(data), data
+	return out, fmt.Sprintf("%s: %d bytes of %s, base64 below and as the embedded resource %s\n%s", abs, out.Size, out.MIMEType, out.URI, out.Content), nil
 }
 
 func (b *backend) addResources(s *mcp.Server) {

@@ -557,6 +557,8 @@ func runSuite(t *testing.T, s *mcp.ClientSession, d *daemon) {
 	t.Run("malformed", func(t *testing.T) {
 		protocolError(t, s, "no_such_tool", map[string]any{}, jsonrpc.CodeInvalidParams, "unknown tool")
 		protocolError(t, s, "execute", map[string]any{"sandbox_id": id}, jsonrpc.CodeInvalidParams, "command")
+		protocolError(t, s, "execute", nil, jsonrpc.CodeInvalidParams, "missing properties")
+		protocolError(t, s, "execute", []int{1, 2}, jsonrpc.CodeInvalidParams, "JSON object")
 		protocolError(t, s, "execute", map[string]any{"command": "true"}, jsonrpc.CodeInvalidParams, "sandbox_id")
 		protocolError(t, s, "execute", map[string]any{"sandbox_id": id, "command": "true", "timeout": "soon"}, jsonrpc.CodeInvalidParams, "timeout")
 		protocolError(t, s, "execute", map[string]any{"sandbox_id": id, "command": "true", "timeout": -1}, jsonrpc.CodeInvalidParams, "timeout")

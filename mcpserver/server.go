@@ -6,7 +6,6 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -141,29 +140,28 @@ func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, tweak func(*jsonschema.Sch
 			}
 			return errorResult(err), nil
 		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: output}, nil
+		res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: output}
+		if x, ok := any(output).(extraContent); ok {
+			res.Content = append(res.Content, x.extraContent()...)
+		}
+		return res, nil
 	})
+}
+
+// extraContent is a tool output that has content beyond its text (an
+// embedded resource, say), which follows the text in the result.
+type extraContent interface {
+	extraContent() []mcp.Content
 }
 
 func invalidParams(format string, args ...any) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(format, args...)}
 }
 
-// resultError lets a tool answer with its own content (an embedded
-// resource, say) and still be a tool error. Tools return it through error.
-type resultError struct{ res *mcp.CallToolResult }
-
-func (e *resultError) Error() string { return "tool result" }
-
 // errorResult is a tool result with isError set, whose text tells a model
 // what went wrong (the daemon's own message, with its class) and what to try.
 func errorResult(err error) *mcp.CallToolResult {
-	var re *resultError
-	if errors.As(err, &re) {
-		return re.res
-	}
-	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: ErrorText(err)}}, IsError: true}
-	return res
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: ErrorText(err)}}, IsError: true}
 }
 
 // ErrorText is the message a model reads for err: "Error (class): message"
