@@ -1,0 +1,693 @@
+// A deepagents (the npm package `deepagents`) sandbox backend served by berth.
+//
+//   import { createDeepAgent } from "deepagents";
+//   import { BerthSandbox } from "@berthsh/berth/deepagents";
+//
+//   const backend = await BerthSandbox.create({ allow: ["pypi.org", "*.pythonhosted.org"] });
+//   const agent = createDeepAgent({ model, backend });
+//
+// `execute` runs a command with /bin/sh -c in the sandbox; `ls`, `read`,
+// `write`, `edit`, `glob`, `grep` and `delete` are one berth call each,
+// served by the sandbox's guest agent (deepagents' BaseSandbox would pipe
+// shell scripts through execute instead); `uploadFiles` and `downloadFiles`
+// are berth's batch transfers. Results and error texts follow deepagents'
+// own backends (StateBackend, FilesystemBackend, BaseSandbox): see
+// docs/deepagents-js.md for where they differ and why.
+//
+// The types below are deepagents' protocol (SandboxBackendProtocolV2),
+// declared here structurally so that this module neither loads deepagents
+// nor needs its type declarations to compile: a BerthSandbox is accepted
+// wherever deepagents takes a backend, and test/deepagents-types.ts checks
+// that against deepagents' own declarations.
+
+import { Berth, type CreateOptions, type Sandbox } from "./client.js";
+import { BerthError, Conflict, DaemonUnreachable, NotFound } from "./errors.js";
+import type { FileError, FileResult } from "./types.js";
+
+// deepagents' protocol types (deepagents 1.14: backends/protocol.ts).
+
+/** One entry of ls and glob. Directories end with "/" in ls. */
+export interface FileInfo {
+  path: string;
+  is_dir?: boolean;
+  size?: number;
+  modified_at?: string;
+}
+export interface GrepMatch {
+  path: string;
+  line: number;
+  text: string;
+}
+export interface GrepResult {
+  error?: string;
+  matches?: GrepMatch[];
+  truncated?: boolean;
+}
+export interface ReadResult {
+  error?: string;
+  content?: string | Uint8Array;
+  mimeType?: string;
+  totalLines?: number;
+  startLine?: number;
+  endLine?: number;
+  nextOffset?: number;
+}
+export interface FileDataV2 {
+  content: string | Uint8Array;
+  mimeType: string;
+  created_at: string;
+  modified_at: string;
+}
+export interface ReadRawResult {
+  error?: string;
+  data?: FileDataV2;
+}
+export interface LsResult {
+  error?: string;
+  files?: FileInfo[];
+}
+export interface GlobResult {
+  error?: string;
+  files?: FileInfo[];
+  truncated?: boolean;
+}
+export interface WriteResult {
+  error?: string;
+  path?: string;
+  filesUpdate?: null;
+  metadata?: Record<string, unknown>;
+}
+export interface EditResult {
+  error?: string;
+  path?: string;
+  filesUpdate?: null;
+  occurrences?: number;
+  metadata?: Record<string, unknown>;
+}
+export interface DeleteResult {
+  error?: string;
+  path?: string;
+  filesUpdate?: null;
+  metadata?: Record<string, unknown>;
+}
+export interface ExecuteResponse {
+  /** stdout, then stderr. */
+  output: string;
+  /** null when the command did not run (the error is in output). */
+  exitCode: number | null;
+  truncated: boolean;
+}
+/** deepagents' per-file error codes. Another berth failure of one file (a
+ * full disk: no_space, …) is reported as its berth reason or class. */
+export type FileOperationError = "file_not_found" | "permission_denied" | "is_directory" | "invalid_path";
+export interface FileUploadResponse {
+  path: string;
+  error: FileOperationError | null;
+}
+export interface FileDownloadResponse {
+  path: string;
+  content: Uint8Array | null;
+  error: FileOperationError | null;
+}
+
+/** Milliseconds an `execute` may run when the caller gives no timeout. */
+export const DEFAULT_TIMEOUT_MS = 30 * 60 * 1000;
+
+/** Where deepagents itself writes: offloaded tool results and the
+ * conversation history of summarization. */
+export const DEEPAGENTS_DIRS: readonly string[] = ["/large_tool_results", "/conversation_history"];
+
+export interface BerthSandboxOptions {
+  /** The berth sandbox behind the backend. */
+  sandbox: Sandbox;
+  /** Default bound of an `execute`, in milliseconds (default 30 minutes). */
+  timeoutMs?: number;
+  /** Bounds each of stdout and stderr of an `execute` (default the daemon's, 4 MiB). */
+  maxOutputBytes?: number;
+  /** Start the sandbox again when a call finds it stopped (an idle timeout
+   * stops a sandbox), then make the call (default true). */
+  autoStart?: boolean;
+  /** Directories at the root that deepagents writes to, made (as root, owned
+   * by the sandbox's user) the first time a write there is refused:
+   * berth's default user cannot make directories at /. Default DEEPAGENTS_DIRS. */
+  ownDirs?: readonly string[];
+}
+
+export interface BerthSandboxCreateOptions extends CreateOptions, Omit<BerthSandboxOptions, "sandbox"> {
+  /** The client (default `new Berth()`: $BERTH_URL, else http://127.0.0.1:7680). */
+  client?: Berth;
+}
+
+// The limits and texts of deepagents' tools and backends, kept identical.
+const EMPTY_CONTENT_WARNING = "System reminder: File exists but has empty contents";
+const MAX_BINARY_READ_BYTES = 10 * 1024 * 1024;
+// Longer lines are cut (the read_file tool shows at most 80,000 characters).
+const MAX_LINE_CHARS = 1 << 20;
+const GLOB_LIMIT = 50_000;
+const GREP_LIMIT = 100_000;
+
+const MIME_TYPES: Record<string, string> = {
+  ".png": "image/png",
+  ".jpg": "image/jpeg",
+  ".jpeg": "image/jpeg",
+  ".gif": "image/gif",
+  ".webp": "image/webp",
+  ".svg": "image/svg+xml",
+  ".heic": "image/heic",
+  ".heif": "image/heif",
+  ".mp3": "audio/mpeg",
+  ".wav": "audio/wav",
+  ".aiff": "audio/aiff",
+  ".aac": "audio/aac",
+  ".ogg": "audio/ogg",
+  ".flac": "audio/flac",
+  ".mp4": "video/mp4",
+  ".webm": "video/webm",
+  ".mpeg": "video/mpeg",
+  ".mpg": "video/mpeg",
+  ".mov": "video/quicktime",
+  ".avi": "video/x-msvideo",
+  ".flv": "video/x-flv",
+  ".wmv": "video/x-ms-wmv",
+  ".3gpp": "video/3gpp",
+  ".pdf": "application/pdf",
+  ".ppt": "application/vnd.ms-powerpoint",
+  ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+  ".md": "text/markdown",
+  ".markdown": "text/markdown",
+  ".html": "text/html",
+  ".htm": "text/html",
+  ".css": "text/css",
+  ".csv": "text/csv",
+  ".xml": "text/xml",
+  ".json": "application/json",
+  ".js": "application/javascript",
+  ".mjs": "application/javascript",
+  ".cjs": "application/javascript",
+};
+
+/** The MIME type deepagents gives a path (by its extension; text/plain by default). */
+export function mimeTypeOf(path: string): string {
+  const base = path.slice(path.lastIndexOf("/") + 1);
+  const dot = base.lastIndexOf(".");
+  if (dot <= 0) return "text/plain";
+  return MIME_TYPES[base.slice(dot).toLowerCase()] ?? "text/plain";
+}
+
+/** Whether deepagents treats a MIME type as text (read in lines) or as bytes. */
+export function isTextMimeType(mime: string): boolean {
+  return mime.startsWith("text/") || mime === "application/json" || mime === "application/javascript" || mime === "image/svg+xml";
+}
+
+function shellQuote(s: string): string {
+  return "'" + s.replace(/'/g, "'\\''") + "'";
+}
+
+// A long string the model gave, as an error message quotes it.
+function quoted(s: string): string {
+  return s.length > 200 ? `'${s.slice(0, 200)}…' (${s.length} characters)` : `'${s}'`;
+}
+
+/** Starting a stopped sandbox again failed; cause says why. */
+class StartFailed extends Error {
+  constructor(readonly error: unknown) {
+    super(error instanceof Error ? error.message : String(error));
+  }
+}
+
+/** A failure of the sandbox rather than of the path or command, as the
+ * agent's model reads it: what happened and what may be done, then
+ * berth's own words. Undefined for any other error. */
+function sandboxTrouble(e: unknown): string | undefined {
+  if (e instanceof StartFailed) {
+    const why = sandboxTrouble(e.error);
+    return why ?? `Error: the sandbox was stopped, and starting it again failed. (berth: ${e.message})`;
+  }
+  if (!(e instanceof BerthError)) return undefined;
+  if (e.reason === "sandbox_gone") {
+    return `Error: the sandbox was deleted; no command or file in it can be reached any more. (berth: ${e.message})`;
+  }
+  if (e.reason === "sandbox_stopped") {
+    return `Error: the sandbox is stopped; it must be started again before commands or files can be used. (berth: ${e.message})`;
+  }
+  if (e.reason === "sandbox_paused") {
+    return `Error: the sandbox is paused; it must be resumed before commands or files can be used. (berth: ${e.message})`;
+  }
+  if (e instanceof DaemonUnreachable) {
+    return `Error: the berth daemon that runs the sandbox cannot be reached. (berth: ${e.message})`;
+  }
+  return undefined;
+}
+
+// A per-file berth error (a batch result's or a thrown one's) as deepagents' code.
+function fileCode(err: FileError | BerthError): FileOperationError {
+  const cls = err instanceof BerthError ? err.code : err.class;
+  const reason = err.reason ?? "";
+  if (reason === "is_directory" || reason === "not_regular_file") return "is_directory";
+  if (reason === "invalid_path") return "invalid_path";
+  if (reason === "not_directory" || cls === "not_found") return "file_not_found";
+  if (cls === "permission_denied") return "permission_denied";
+  // No deepagents code says this (no_space, …): the caller sees berth's.
+  return (reason || cls || "error") as FileOperationError;
+}
+
+function describe(e: unknown): string {
+  return sandboxTrouble(e) ?? (e instanceof BerthError ? `${e.code}: ${e.message}` : String(e));
+}
+
+/** deepagents' SandboxBackendProtocolV2 over one berth sandbox. Methods
+ * answer errors as results (error strings and codes a model can act on);
+ * only uploadFiles and downloadFiles throw, for a failure of the whole
+ * batch (the sandbox is gone, the daemon is down), which no per-file code
+ * can say. */
+export class BerthSandbox {
+  readonly #sb: Sandbox;
+  readonly #timeoutMs: number;
+  readonly #maxOutputBytes: number | undefined;
+  readonly #autoStart: boolean;
+  readonly #ownDirs: readonly string[];
+  #starting: Promise<void> | undefined;
+  #dirsMade: Promise<void> | undefined;
+
+  constructor(opts: BerthSandboxOptions) {
+    if (!opts || !opts.sandbox) throw new TypeError("BerthSandbox: sandbox is required (a Sandbox from berth.create, get or getOrCreate)");
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+      throw new RangeError(`BerthSandbox: timeoutMs must be a positive number of milliseconds, got ${String(opts.timeoutMs)}`);
+    }
+    this.#sb = opts.sandbox;
+    this.#timeoutMs = timeoutMs;
+    this.#maxOutputBytes = opts.maxOutputBytes;
+    this.#autoStart = opts.autoStart ?? true;
+    this.#ownDirs = (opts.ownDirs ?? DEEPAGENTS_DIRS).map((d) => d.replace(/\/+$/, ""));
+  }
+
+  /** A backend on a new sandbox, kept until deleted (`backend.sandbox.delete()`):
+   * the options are Berth.create's (image, limits, labels, network, allow, …)
+   * and the backend's own (timeoutMs, maxOutputBytes, autoStart, ownDirs). */
+  static async create(opts: BerthSandboxCreateOptions = {}): Promise<BerthSandbox> {
+    const { client, timeoutMs, maxOutputBytes, autoStart, ownDirs, ...create } = opts;
+    const sandbox = await (client ?? new Berth()).create({ ephemeral: false, ...create });
+    return new BerthSandbox({ sandbox, timeoutMs, maxOutputBytes, autoStart, ownDirs });
+  }
+
+  /** The sandbox's id (deepagents' SandboxBackendProtocol.id). */
+  get id(): string {
+    return this.#sb.id;
+  }
+
+  /** The berth sandbox behind this backend. */
+  get sandbox(): Sandbox {
+    return this.#sb;
+  }
+
+  /** `n` new backends, each over a running copy of this sandbox's files as
+   * they are now (no processes), with this backend's options: for agents
+   * that try several ways at once. `labels` go on every copy (or one set per
+   * copy). The copies are kept until deleted (`backend.sandbox.delete()`);
+   * `backend.sandbox.apply(winner.sandbox)` merges the one that worked back. */
+  async fork(n = 1, opts: { labels?: Record<string, string> | Array<Record<string, string>> } = {}): Promise<BerthSandbox[]> {
+    const copies = await this.#call(() => this.#sb.fork(n, { labels: opts.labels, ephemeral: false }));
+    return copies.map(
+      (sandbox) =>
+        new BerthSandbox({
+          sandbox,
+          timeoutMs: this.#timeoutMs,
+          maxOutputBytes: this.#maxOutputBytes,
+          autoStart: this.#autoStart,
+          ownDirs: this.#ownDirs,
+        }),
+    );
+  }
+
+  // Runs a call; one that finds the sandbox stopped starts it (once, for
+  // every call that waits on it) and is made again. One that finds it
+  // between states (starting, stopping: another call's start, an idle stop)
+  // waits for it to settle first.
+  async #call<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (e) {
+      if (!this.#autoStart || !(e instanceof Conflict)) throw e;
+      if (e.reason === "sandbox_stopped") {
+        await this.#start();
+      } else if (this.#starting) {
+        await this.#starting;
+      } else if (e.reason || !(await this.#settled())) {
+        throw e;
+      }
+    }
+    return fn();
+  }
+
+  #start(): Promise<void> {
+    this.#starting ??= this.#sb.start().then(
+      () => {
+        this.#starting = undefined;
+      },
+      (err: unknown) => {
+        this.#starting = undefined;
+        throw new StartFailed(err);
+      },
+    );
+    return this.#starting;
+  }
+
+  // Waits (up to a minute) for a sandbox between states to settle; starts
+  // it if it settled stopped. False if it is in no state calls can follow.
+  async #settled(): Promise<boolean> {
+    const deadline = Date.now() + 60_000;
+    let info = await this.#sb.refresh();
+    while ((info.state === "starting" || info.state === "stopping") && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+      info = await this.#sb.refresh();
+    }
+    if (info.state === "stopped") await this.#start();
+    else if (info.state !== "running") return false;
+    return true;
+  }
+
+  /** Runs `command` with /bin/sh -c as the sandbox's user. A timeout kills
+   * the command's process group and answers exit code 124 with what it
+   * printed and a note; a failure of the sandbox answers exitCode null and
+   * a message that says what happened. */
+  async execute(command: string, opts: { timeoutMs?: number } = {}): Promise<ExecuteResponse> {
+    const timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
+    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+      throw new RangeError(`BerthSandbox.execute: timeoutMs must be a positive number of milliseconds, got ${String(opts.timeoutMs)}`);
+    }
+    let r;
+    try {
+      r = await this.#call(() => this.#sb.exec(command, { timeoutMs, maxOutputBytes: this.#maxOutputBytes }));
+    } catch (e) {
+      const output = sandboxTrouble(e) ?? `Error executing command: ${describe(e)}`;
+      return { output, exitCode: null, truncated: false };
+    }
+    let output = r.stdout + r.stderr;
+    const truncated = r.stdoutTruncated || r.stderrTruncated;
+    if (r.timedOut) {
+      const s = Math.round(timeoutMs / 1000);
+      const hint =
+        opts.timeoutMs !== undefined
+          ? "The command may be stuck or need more time."
+          : "For a long-running command, run it in the background (nohup … &) and check on it later.";
+      output += `${output && !output.endsWith("\n") ? "\n" : ""}Error: Command timed out after ${s} seconds and was killed. ${hint}`;
+      return { output, exitCode: 124, truncated };
+    }
+    if (r.oomKilled) {
+      output += `${output && !output.endsWith("\n") ? "\n" : ""}Error: the command was killed because the sandbox ran out of memory.`;
+    } else if (r.error) {
+      output += `${output && !output.endsWith("\n") ? "\n" : ""}${r.error}`;
+    }
+    return { output, exitCode: r.exitCode, truncated };
+  }
+
+  /** The entries of a directory, directories ending with "/". A path that
+   * does not exist, or is not a directory, has none (as deepagents' own backends answer). */
+  async ls(path: string): Promise<LsResult> {
+    let res;
+    try {
+      res = await this.#call(() => this.#sb.ls(path));
+    } catch (e) {
+      const trouble = sandboxTrouble(e);
+      if (trouble) return { error: trouble };
+      if (e instanceof BerthError && (e instanceof NotFound || e.reason === "not_directory")) return { files: [] };
+      return { error: `Cannot list '${path}': ${describe(e)}` };
+    }
+    return {
+      files: res.entries.map((ent) => {
+        const dir = ent.type === "dir";
+        return { path: dir ? ent.path + "/" : ent.path, is_dir: dir, size: ent.size, modified_at: ent.modified_at };
+      }),
+    };
+  }
+
+  // A read's error for a path, as deepagents' backends word it.
+  #readError(path: string, e: unknown): ReadResult {
+    const trouble = sandboxTrouble(e);
+    if (trouble) return { error: trouble };
+    if (e instanceof BerthError) {
+      const code = fileCode(e);
+      if (code === "file_not_found") return { error: `File '${path}' not found` };
+      if (code === "is_directory") return { error: `'${path}' is a directory, not a file: list it with ls` };
+      if (code === "permission_denied") return { error: `Permission denied reading '${path}'` };
+    }
+    return { error: `Error reading file '${path}': ${describe(e)}` };
+  }
+
+  /** A page of a text file: `limit` lines from line `offset` (0-based),
+   * without line numbers (the read_file tool adds its own header), or a
+   * binary file (by its extension, as deepagents decides) whole, as bytes. */
+  async read(filePath: string, offset = 0, limit = 500): Promise<ReadResult> {
+    const mimeType = mimeTypeOf(filePath);
+    if (!isTextMimeType(mimeType)) {
+      try {
+        const st = await this.#call(() => this.#sb.stat(filePath));
+        if (st.type === "dir") return { error: `'${filePath}' is a directory, not a file: list it with ls` };
+        if (st.size > MAX_BINARY_READ_BYTES) {
+          return { error: `File '${filePath}' is ${st.size} bytes, over the ${MAX_BINARY_READ_BYTES} bytes a binary file may have to be read` };
+        }
+        return { content: await this.#call(() => this.#sb.download(filePath)), mimeType };
+      } catch (e) {
+        return this.#readError(filePath, e);
+      }
+    }
+    const o = Number.isFinite(offset) ? Math.max(0, Math.floor(offset)) : 0;
+    const l = Number.isFinite(limit) ? Math.max(0, Math.floor(limit)) : 0;
+    let page;
+    try {
+      page = await this.#call(() => this.#sb.read(filePath, { offset: o, limit: Math.max(l, 1), maxLineChars: MAX_LINE_CHARS }));
+    } catch (e) {
+      return this.#readError(filePath, e);
+    }
+    if (page.size === 0) return { content: EMPTY_CONTENT_WARNING, mimeType };
+    if (page.binary) {
+      return {
+        error: `File '${filePath}' holds binary data (${page.size} bytes), not text: inspect it with execute (file, xxd, od)`,
+      };
+    }
+    if (l === 0) return { content: "", mimeType };
+    const total = page.total_lines;
+    if (page.lines.length === 0) return { error: `Line offset ${o} exceeds file length (${total} lines)` };
+    const content = page.lines
+      .map((ln) => (ln.truncated ? `${ln.text}… [line cut at ${MAX_LINE_CHARS} characters]` : ln.text))
+      .join("\n");
+    const end = o + page.lines.length;
+    const res: ReadResult = { content, mimeType, totalLines: total, startLine: o + 1, endLine: end };
+    if (end < total) res.nextOffset = end;
+    return res;
+  }
+
+  /** A whole file as deepagents' FileData: text (UTF-8) or, for a binary
+   * type, bytes. */
+  async readRaw(filePath: string): Promise<ReadRawResult> {
+    try {
+      const [st, bytes] = await this.#call(() => Promise.all([this.#sb.stat(filePath), this.#sb.download(filePath)]));
+      const mimeType = mimeTypeOf(filePath);
+      const content = isTextMimeType(mimeType) ? new TextDecoder().decode(bytes) : bytes;
+      return { data: { content, mimeType, created_at: st.modified_at, modified_at: st.modified_at } };
+    } catch (e) {
+      return this.#readError(filePath, e);
+    }
+  }
+
+  // Whether a path is inside a directory deepagents writes to.
+  #inOwnDir(path: string): boolean {
+    return this.#ownDirs.some((d) => path.startsWith(d + "/"));
+  }
+
+  // Makes deepagents' directories, as root, owned by the sandbox's user (so
+  // that the agent's own commands can read, change and remove what is
+  // written there), once per backend; another try after a failure.
+  #makeOwnDirs(): Promise<void> {
+    this.#dirsMade ??= (async () => {
+      const owner = String(this.#sb.info.raw?.user || "user");
+      const dirs = this.#ownDirs.map(shellQuote).join(" ");
+      const r = await this.#call(() =>
+        this.#sb.exec(`mkdir -p -m 0755 -- ${dirs} && chown -- ${shellQuote(owner)} ${dirs}`, { user: "root", timeoutMs: 60_000 }),
+      );
+      if (r.exitCode !== 0) throw new Error(`making ${this.#ownDirs.join(", ")} failed: ${(r.stdout + r.stderr).trim()}`);
+    })().catch((e: unknown) => {
+      this.#dirsMade = undefined;
+      throw e;
+    });
+    return this.#dirsMade;
+  }
+
+  // Runs a write; one into deepagents' directories that is refused (the
+  // sandbox's user cannot make them at /) makes them and is made again.
+  async #writing<T>(path: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await this.#call(fn);
+    } catch (e) {
+      if (!(e instanceof BerthError) || fileCode(e) !== "permission_denied" || !this.#inOwnDir(path)) throw e;
+    }
+    await this.#makeOwnDirs();
+    return this.#call(fn);
+  }
+
+  /** Writes a file (making its parents, replacing an existing file): text as
+   * UTF-8; for a binary type (by extension) the content is base64, as
+   * deepagents' backends take it. */
+  async write(filePath: string, content: string): Promise<WriteResult> {
+    const mime = mimeTypeOf(filePath);
+    try {
+      if (isTextMimeType(mime)) {
+        await this.#writing(filePath, () => this.#sb.write(filePath, content));
+      } else {
+        const bytes = Buffer.from(content, "base64");
+        await this.#writing(filePath, () => this.#sb.upload(filePath, bytes));
+      }
+    } catch (e) {
+      const trouble = sandboxTrouble(e);
+      if (trouble) return { error: trouble };
+      if (e instanceof BerthError) {
+        const code = fileCode(e);
+        if (code === "is_directory") return { error: `Failed to write to ${filePath}: it is a directory` };
+        if (code === "permission_denied") return { error: `Failed to write to ${filePath}: permission denied` };
+      }
+      return { error: `Failed to write to ${filePath}: ${describe(e)}` };
+    }
+    return { path: filePath, filesUpdate: null };
+  }
+
+  /** Replaces `oldString` by `newString`: it must occur exactly once unless
+   * `replaceAll`. An empty `oldString` fills an empty file. */
+  async edit(filePath: string, oldString: string, newString: string, replaceAll = false): Promise<EditResult> {
+    try {
+      if (oldString === "") {
+        const st = await this.#call(() => this.#sb.stat(filePath));
+        if (st.type === "dir") return { error: `Error: '${filePath}' is a directory, not a file` };
+        if (st.size !== 0) return { error: "Error: oldString must not be empty unless the file is empty" };
+        if (newString === "") return { path: filePath, filesUpdate: null, occurrences: 0 };
+        await this.#call(() => this.#sb.write(filePath, newString));
+        return { path: filePath, filesUpdate: null, occurrences: 1 };
+      }
+      const n = await this.#call(() => this.#sb.edit(filePath, oldString, newString, { replaceAll }));
+      return { path: filePath, filesUpdate: null, occurrences: n };
+    } catch (e) {
+      const trouble = sandboxTrouble(e);
+      if (trouble) return { error: trouble };
+      if (e instanceof BerthError) {
+        if (e.reason === "no_match") return { error: `Error: String not found in file '${filePath}': ${quoted(oldString)}` };
+        if (e.reason === "not_unique") {
+          return {
+            error:
+              `Error: Multiple occurrences of ${quoted(oldString)} found in '${filePath}'. ` +
+              "Use replace_all=true to replace all of them, or give a longer string with surrounding context to pick one.",
+          };
+        }
+        const code = fileCode(e);
+        if (code === "file_not_found") return { error: `Error: File '${filePath}' not found` };
+        if (code === "is_directory") return { error: `Error: '${filePath}' is a directory, not a file` };
+        if (code === "permission_denied") return { error: `Error: Permission denied editing '${filePath}'` };
+      }
+      return { error: `Error editing file '${filePath}': ${describe(e)}` };
+    }
+  }
+
+  /** Removes a file, or a directory with everything in it. */
+  async delete(filePath: string): Promise<DeleteResult> {
+    try {
+      await this.#call(() => this.#sb.remove(filePath, { recursive: true }));
+    } catch (e) {
+      const trouble = sandboxTrouble(e);
+      if (trouble) return { error: trouble };
+      if (e instanceof BerthError && fileCode(e) === "file_not_found") return { error: `Error: '${filePath}' not found` };
+      return { error: `Error deleting '${filePath}': ${describe(e)}` };
+    }
+    return { path: filePath, filesUpdate: null };
+  }
+
+  /** Lines of text files under `path` (default /) that contain `pattern`
+   * (literally, case-sensitive), in the files whose name matches `glob`;
+   * at most `maxCount` (then truncated). */
+  async grep(pattern: string, path?: string | null, glob?: string | null, maxCount?: number | null): Promise<GrepResult> {
+    const root = path || "/";
+    const cap = typeof maxCount === "number" && maxCount >= 0 ? Math.floor(maxCount) : undefined;
+    let res;
+    try {
+      res = await this.#call(() =>
+        this.#sb.grep(pattern, root, { glob: glob || undefined, limit: cap !== undefined ? cap + 1 : GREP_LIMIT }),
+      );
+    } catch (e) {
+      const trouble = sandboxTrouble(e);
+      if (trouble) return { error: trouble };
+      if (e instanceof BerthError && fileCode(e) === "file_not_found") return { error: `Path '${root}' not found` };
+      return { error: `Cannot search '${root}': ${describe(e)}` };
+    }
+    const matches: GrepMatch[] = res.matches.map((m) => ({ path: m.path, line: m.line, text: m.text }));
+    if (cap !== undefined && matches.length > cap) return { matches: matches.slice(0, cap), truncated: true };
+    return { matches, truncated: Boolean(res.truncated) };
+  }
+
+  /** Files (not directories) under `path` (default /) whose path relative to
+   * it matches `pattern`: `*`, `?` and `[…]` within one segment, `**` across
+   * segments, so "*.py" matches only in `path` itself and "**\/*.py" at any
+   * depth. Paths are absolute. */
+  async glob(pattern: string, path = "/"): Promise<GlobResult> {
+    const root = path || "/";
+    // berth matches a pattern without "/" against names at any depth, and
+    // anchors one that begins with "/" to root: deepagents' "*.py" is the latter.
+    const anchored = pattern.startsWith("/") || pattern.includes("/") ? pattern : "/" + pattern;
+    let res;
+    try {
+      res = await this.#call(() => this.#sb.glob(anchored, root, { limit: GLOB_LIMIT }));
+    } catch (e) {
+      const trouble = sandboxTrouble(e);
+      if (trouble) return { error: trouble };
+      if (e instanceof BerthError && fileCode(e) === "file_not_found") return { files: [] };
+      return { error: `Cannot search '${root}': ${describe(e)}` };
+    }
+    return {
+      files: res.matches.map((m) => ({ path: m.path, is_dir: false, size: m.size, modified_at: m.modified_at })),
+      truncated: Boolean(res.truncated),
+    };
+  }
+
+  /** Writes each file (parents made); one response per file, in order.
+   * Throws (a BerthError) only when the whole batch failed. */
+  async uploadFiles(files: Array<[string, Uint8Array]>): Promise<FileUploadResponse[]> {
+    const out: FileUploadResponse[] = files.map(([path]) => ({ path, error: path.startsWith("/") ? null : "invalid_path" }));
+    const todo = files.map((f, i) => [i, f] as const).filter(([i]) => out[i]!.error === null);
+    const send = async (batch: ReadonlyArray<readonly [number, [string, Uint8Array]]>): Promise<FileResult[]> =>
+      batch.length ? this.#call(() => this.#sb.uploadFiles(batch.map(([, f]) => f))) : [];
+    const results = await send(todo);
+    // Writes refused in deepagents' own directories: make them, try again.
+    const retry = todo.filter(([, [path]], k) => results[k]?.error && fileCode(results[k]!.error!) === "permission_denied" && this.#inOwnDir(path));
+    const again = new Map<number, FileResult>();
+    if (retry.length) {
+      try {
+        await this.#makeOwnDirs();
+        (await send(retry)).forEach((r, k) => again.set(retry[k]![0], r));
+      } catch {
+        // They keep their first answer (permission_denied).
+      }
+    }
+    todo.forEach(([i], k) => {
+      const r = again.get(i) ?? results[k];
+      out[i]!.error = r?.error ? fileCode(r.error) : null;
+    });
+    return out;
+  }
+
+  /** Reads each file; one response per path, in order. Throws (a
+   * BerthError) only when the whole batch failed. */
+  async downloadFiles(paths: string[]): Promise<FileDownloadResponse[]> {
+    const out: FileDownloadResponse[] = paths.map((path) => ({
+      path,
+      content: null,
+      error: path.startsWith("/") ? null : "invalid_path",
+    }));
+    const todo = paths.map((p, i) => [i, p] as const).filter(([i]) => out[i]!.error === null);
+    if (todo.length) {
+      const results = await this.#call(() => this.#sb.downloadFiles(todo.map(([, p]) => p)));
+      todo.forEach(([i], k) => {
+        const r = results[k];
+        if (!r || r.error) out[i]!.error = r?.error ? fileCode(r.error) : "file_not_found";
+        else out[i]!.content = r.content ?? new Uint8Array(0);
+      });
+    }
+    return out;
+  }
+}
