@@ -67,9 +67,13 @@ const MaxHTTPBodyBytes = 96 << 20
 
 // HTTPHandler serves s over MCP's streamable HTTP transport. It has no
 // authentication of its own: serve it on loopback only (see LoopbackAddr).
+// What a web page could send it is refused: a request on loopback whose
+// Host is not loopback (DNS rebinding; the SDK checks) and a browser's
+// cross-origin request (net/http's CrossOriginProtection).
 func HTTPHandler(s *mcp.Server, logger *slog.Logger) http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
 		&mcp.StreamableHTTPOptions{Logger: logger, MaxRequestBodyBytes: MaxHTTPBodyBytes})
+	return http.NewCrossOriginProtection().Handler(h)
 }
 
 // LoopbackAddr checks that addr (host:port, or :port for 127.0.0.1) is a

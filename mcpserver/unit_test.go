@@ -1,10 +1,14 @@
 package mcpserver
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/berthsh/berth/client"
 	"github.com/berthsh/berth/errdefs"
 )
 
@@ -87,5 +91,46 @@ func TestErrorText(t *testing.T) {
 	err := errdefs.New(errdefs.NotFound, "sandbox %q not found", "sb-x")
 	if got := ErrorText(err); got != "Error (not_found): sandbox \"sb-x\" not found\nCheck the sandbox_id or path: list_sandboxes shows the sandboxes there are, ls shows what is in a directory." {
 		t.Errorf("ErrorText: %q", got)
+	}
+}
+
+// TestHTTPHandlerRefusesWebPages: a browser's cross-origin request and a
+// DNS-rebound Host are refused before MCP sees them; a plain client is served.
+func TestHTTPHandlerRefusesWebPages(t *testing.T) {
+	c, err := client.New("http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(HTTPHandler(New(c, Options{}), nil))
+	defer srv.Close()
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	for _, c := range []struct {
+		name   string
+		header map[string]string
+		host   string
+		want   int
+	}{
+		{"plain client", nil, "", http.StatusOK},
+		{"cross-site browser", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}, "", http.StatusForbidden},
+		{"rebound host", nil, "evil.example", http.StatusForbidden},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(init))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range c.header {
+			req.Header.Set(k, v)
+		}
+		if c.host != "" {
+			req.Host = c.host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: status %d (%s), want %d", c.name, resp.StatusCode, body, c.want)
+		}
 	}
 }
