@@ -21,7 +21,7 @@
 // that against deepagents' own declarations.
 
 import { Berth, type CreateOptions, type Sandbox } from "./client.js";
-import { BerthError, Conflict, DaemonUnreachable, NotFound } from "./errors.js";
+import { BerthError, Conflict, DaemonUnreachable, NotFound, Unauthenticated, Unavailable } from "./errors.js";
 import type { FileError, FileResult } from "./types.js";
 
 // deepagents' protocol types (deepagents 1.14: backends/protocol.ts).
@@ -98,7 +98,8 @@ export interface ExecuteResponse {
   truncated: boolean;
 }
 /** deepagents' per-file error codes. Another berth failure of one file (a
- * full disk: no_space, …) is reported as its berth reason or class. */
+ * full disk: no_space, …) is reported as its berth reason or class, and a
+ * sandbox that cannot be used as the sentence that says why. */
 export type FileOperationError = "file_not_found" | "permission_denied" | "is_directory" | "invalid_path";
 export interface FileUploadResponse {
   path: string;
@@ -125,12 +126,24 @@ export interface BerthSandboxOptions {
   /** Bounds each of stdout and stderr of an `execute` (default the daemon's, 4 MiB). */
   maxOutputBytes?: number;
   /** Start the sandbox again when a call finds it stopped (an idle timeout
-   * stops a sandbox), then make the call (default true). */
+   * stops a sandbox), or resume it when it finds it paused, then make the
+   * call (default true). */
   autoStart?: boolean;
   /** Directories at the root that deepagents writes to, made (as root, owned
    * by the sandbox's user) the first time a write there is refused:
    * berth's default user cannot make directories at /. Default DEEPAGENTS_DIRS. */
   ownDirs?: readonly string[];
+  /** Where the operator's detail of an error about the sandbox goes (the
+   * daemon's message, with the sandbox id and the route), which the model
+   * is not shown, and a note when a stopped sandbox is started again.
+   * Default console; null for nowhere. */
+  logger?: BerthSandboxLogger | null;
+}
+
+/** The part of console a BerthSandbox writes to. */
+export interface BerthSandboxLogger {
+  warn(message: string, error?: unknown): void;
+  info?(message: string): void;
 }
 
 export interface BerthSandboxCreateOptions extends CreateOptions, Omit<BerthSandboxOptions, "sandbox"> {
@@ -208,33 +221,35 @@ function quoted(s: string): string {
   return s.length > 200 ? `'${s.slice(0, 200)}…' (${s.length} characters)` : `'${s}'`;
 }
 
-/** Starting a stopped sandbox again failed; cause says why. */
+/** Starting (or resuming) the sandbox failed; error says why. */
 class StartFailed extends Error {
-  constructor(readonly error: unknown) {
-    super(error instanceof Error ? error.message : String(error));
+  constructor(
+    readonly verb: "start" | "resume",
+    readonly error: unknown,
+  ) {
+    super(`${verb} failed: ${error instanceof Error ? error.message : String(error)}`);
   }
 }
 
-/** A failure of the sandbox rather than of the path or command, as the
- * agent's model reads it: what happened and what may be done, then
- * berth's own words. Undefined for any other error. */
-function sandboxTrouble(e: unknown): string | undefined {
+/** What the model is told of an error about the sandbox itself rather than
+ * the path or command it gave (the sentences of berth's Python backend), or
+ * undefined for an error the model can act on. */
+function forModel(e: unknown): string | undefined {
   if (e instanceof StartFailed) {
-    const why = sandboxTrouble(e.error);
-    return why ?? `Error: the sandbox was stopped, and starting it again failed. (berth: ${e.message})`;
+    return (
+      forModel(e.error) ??
+      `the sandbox was ${e.verb === "start" ? "stopped" : "paused"} and could not be ${e.verb === "start" ? "started" : "resumed"} again, so no tool can use it. Tell the user.`
+    );
   }
   if (!(e instanceof BerthError)) return undefined;
   if (e.reason === "sandbox_gone") {
-    return `Error: the sandbox was deleted; no command or file in it can be reached any more. (berth: ${e.message})`;
+    return "the sandbox was deleted: its files and programs are gone, and no tool can use it. Tell the user; a new sandbox is needed.";
   }
-  if (e.reason === "sandbox_stopped") {
-    return `Error: the sandbox is stopped; it must be started again before commands or files can be used. (berth: ${e.message})`;
-  }
-  if (e.reason === "sandbox_paused") {
-    return `Error: the sandbox is paused; it must be resumed before commands or files can be used. (berth: ${e.message})`;
-  }
-  if (e instanceof DaemonUnreachable) {
-    return `Error: the berth daemon that runs the sandbox cannot be reached. (berth: ${e.message})`;
+  if (e.reason === "sandbox_stopped") return "the sandbox is stopped, so no tool can use it until it is started again. Tell the user.";
+  if (e.reason === "sandbox_paused") return "the sandbox is paused, so no tool can use it until it is resumed. Tell the user.";
+  if (e instanceof Unauthenticated) return "the sandbox service refused this agent's credentials, so no tool can use it. Tell the user.";
+  if (e instanceof Unavailable && (e instanceof DaemonUnreachable || !e.reason)) {
+    return "the sandbox service is not answering right now. Try again in a moment; tell the user if it keeps failing.";
   }
   return undefined;
 }
@@ -251,21 +266,25 @@ function fileCode(err: FileError | BerthError): FileOperationError {
   return (reason || cls || "error") as FileOperationError;
 }
 
-function describe(e: unknown): string {
-  return sandboxTrouble(e) ?? (e instanceof BerthError ? `${e.code}: ${e.message}` : String(e));
+// Another error, as a tool's answer quotes it.
+function detail(e: unknown): string {
+  return e instanceof BerthError ? `${e.code}: ${e.message}` : String(e);
 }
 
 /** deepagents' SandboxBackendProtocolV2 over one berth sandbox. Methods
- * answer errors as results (error strings and codes a model can act on);
- * only uploadFiles and downloadFiles throw, for a failure of the whole
- * batch (the sandbox is gone, the daemon is down), which no per-file code
- * can say. */
+ * answer errors as results, in deepagents' words and codes. An error about
+ * the sandbox itself (deleted, stopped with autoStart off, paused, the
+ * daemon not answering, credentials refused) is answered with a sentence
+ * that tells the model so; the daemon's own message, for an operator, goes
+ * to the logger. Only uploadFiles and downloadFiles throw: another failure
+ * of the whole batch, which no per-file code can say. */
 export class BerthSandbox {
   readonly #sb: Sandbox;
   readonly #timeoutMs: number;
   readonly #maxOutputBytes: number | undefined;
   readonly #autoStart: boolean;
   readonly #ownDirs: readonly string[];
+  readonly #logger: BerthSandboxLogger | null;
   #starting: Promise<void> | undefined;
   #dirsMade: Promise<void> | undefined;
 
@@ -280,15 +299,16 @@ export class BerthSandbox {
     this.#maxOutputBytes = opts.maxOutputBytes;
     this.#autoStart = opts.autoStart ?? true;
     this.#ownDirs = (opts.ownDirs ?? DEEPAGENTS_DIRS).map((d) => d.replace(/\/+$/, ""));
+    this.#logger = opts.logger === undefined ? console : opts.logger;
   }
 
   /** A backend on a new sandbox, kept until deleted (`backend.sandbox.delete()`):
    * the options are Berth.create's (image, limits, labels, network, allow, …)
    * and the backend's own (timeoutMs, maxOutputBytes, autoStart, ownDirs). */
   static async create(opts: BerthSandboxCreateOptions = {}): Promise<BerthSandbox> {
-    const { client, timeoutMs, maxOutputBytes, autoStart, ownDirs, ...create } = opts;
+    const { client, timeoutMs, maxOutputBytes, autoStart, ownDirs, logger, ...create } = opts;
     const sandbox = await (client ?? new Berth()).create({ ephemeral: false, ...create });
-    return new BerthSandbox({ sandbox, timeoutMs, maxOutputBytes, autoStart, ownDirs });
+    return new BerthSandbox({ sandbox, timeoutMs, maxOutputBytes, autoStart, ownDirs, logger });
   }
 
   /** The sandbox's id (deepagents' SandboxBackendProtocol.id). */
@@ -316,38 +336,47 @@ export class BerthSandbox {
           maxOutputBytes: this.#maxOutputBytes,
           autoStart: this.#autoStart,
           ownDirs: this.#ownDirs,
+          logger: this.#logger,
         }),
     );
   }
 
-  // Runs a call; one that finds the sandbox stopped starts it (once, for
-  // every call that waits on it) and is made again. One that finds it
-  // between states (starting, stopping: another call's start, an idle stop)
-  // waits for it to settle first.
+  // The model's sentence for an error about the sandbox itself, the
+  // operator's detail logged; undefined for another error.
+  #trouble(e: unknown): string | undefined {
+    const text = forModel(e);
+    if (text !== undefined) this.#logger?.warn(`berth sandbox ${this.#sb.id}: ${e instanceof Error ? e.message : String(e)}`, e);
+    return text;
+  }
+
+  // Runs a call; one that finds the sandbox stopped (paused) starts
+  // (resumes) it, once for every call that waits on it, and is made again.
+  // One that finds it between states (starting, stopping: another call's
+  // start, an idle stop) waits for it to settle first.
   async #call<T>(fn: () => Promise<T>): Promise<T> {
     try {
       return await fn();
     } catch (e) {
       if (!this.#autoStart || !(e instanceof Conflict)) throw e;
-      if (e.reason === "sandbox_stopped") {
-        await this.#start();
-      } else if (this.#starting) {
-        await this.#starting;
-      } else if (e.reason || !(await this.#settled())) {
-        throw e;
-      }
+      if (e.reason === "sandbox_stopped") await this.#bringBack("start");
+      else if (e.reason === "sandbox_paused") await this.#bringBack("resume");
+      else if (this.#starting) await this.#starting;
+      else if (e.reason || !(await this.#settled())) throw e;
     }
     return fn();
   }
 
-  #start(): Promise<void> {
-    this.#starting ??= this.#sb.start().then(
+  #bringBack(verb: "start" | "resume"): Promise<void> {
+    this.#starting ??= (verb === "start" ? this.#sb.start() : this.#sb.resume()).then(
       () => {
         this.#starting = undefined;
+        this.#logger?.info?.(`berth sandbox ${this.#sb.id} was ${verb === "start" ? "stopped" : "paused"}; the deepagents backend brought it back`);
       },
       (err: unknown) => {
         this.#starting = undefined;
-        throw new StartFailed(err);
+        // Another client brought it back meanwhile: the call is made again.
+        if (err instanceof Conflict && !err.reason) return;
+        throw new StartFailed(verb, err);
       },
     );
     return this.#starting;
@@ -362,7 +391,8 @@ export class BerthSandbox {
       await new Promise((r) => setTimeout(r, 100));
       info = await this.#sb.refresh();
     }
-    if (info.state === "stopped") await this.#start();
+    if (info.state === "stopped") await this.#bringBack("start");
+    else if (info.state === "paused") await this.#bringBack("resume");
     else if (info.state !== "running") return false;
     return true;
   }
@@ -380,7 +410,7 @@ export class BerthSandbox {
     try {
       r = await this.#call(() => this.#sb.exec(command, { timeoutMs, maxOutputBytes: this.#maxOutputBytes }));
     } catch (e) {
-      const output = sandboxTrouble(e) ?? `Error executing command: ${describe(e)}`;
+      const output = `Error executing command: ${this.#trouble(e) ?? detail(e)}`;
       return { output, exitCode: null, truncated: false };
     }
     let output = r.stdout + r.stderr;
@@ -409,10 +439,10 @@ export class BerthSandbox {
     try {
       res = await this.#call(() => this.#sb.ls(path));
     } catch (e) {
-      const trouble = sandboxTrouble(e);
+      const trouble = this.#trouble(e);
       if (trouble) return { error: trouble };
       if (e instanceof BerthError && (e instanceof NotFound || e.reason === "not_directory")) return { files: [] };
-      return { error: `Cannot list '${path}': ${describe(e)}` };
+      return { error: `Cannot list '${path}': ${detail(e)}` };
     }
     return {
       files: res.entries.map((ent) => {
@@ -424,7 +454,7 @@ export class BerthSandbox {
 
   // A read's error for a path, as deepagents' backends word it.
   #readError(path: string, e: unknown): ReadResult {
-    const trouble = sandboxTrouble(e);
+    const trouble = this.#trouble(e);
     if (trouble) return { error: trouble };
     if (e instanceof BerthError) {
       const code = fileCode(e);
@@ -432,7 +462,7 @@ export class BerthSandbox {
       if (code === "is_directory") return { error: `'${path}' is a directory, not a file: list it with ls` };
       if (code === "permission_denied") return { error: `Permission denied reading '${path}'` };
     }
-    return { error: `Error reading file '${path}': ${describe(e)}` };
+    return { error: `Error reading file '${path}': ${detail(e)}` };
   }
 
   /** A page of a text file: `limit` lines from line `offset` (0-based),
@@ -539,14 +569,14 @@ export class BerthSandbox {
         await this.#writing(filePath, () => this.#sb.upload(filePath, bytes));
       }
     } catch (e) {
-      const trouble = sandboxTrouble(e);
+      const trouble = this.#trouble(e);
       if (trouble) return { error: trouble };
       if (e instanceof BerthError) {
         const code = fileCode(e);
         if (code === "is_directory") return { error: `Failed to write to ${filePath}: it is a directory` };
         if (code === "permission_denied") return { error: `Failed to write to ${filePath}: permission denied` };
       }
-      return { error: `Failed to write to ${filePath}: ${describe(e)}` };
+      return { error: `Failed to write to ${filePath}: ${detail(e)}` };
     }
     return { path: filePath, filesUpdate: null };
   }
@@ -566,7 +596,7 @@ export class BerthSandbox {
       const n = await this.#call(() => this.#sb.edit(filePath, oldString, newString, { replaceAll }));
       return { path: filePath, filesUpdate: null, occurrences: n };
     } catch (e) {
-      const trouble = sandboxTrouble(e);
+      const trouble = this.#trouble(e);
       if (trouble) return { error: trouble };
       if (e instanceof BerthError) {
         if (e.reason === "no_match") return { error: `Error: String not found in file '${filePath}': ${quoted(oldString)}` };
@@ -582,7 +612,7 @@ export class BerthSandbox {
         if (code === "is_directory") return { error: `Error: '${filePath}' is a directory, not a file` };
         if (code === "permission_denied") return { error: `Error: Permission denied editing '${filePath}'` };
       }
-      return { error: `Error editing file '${filePath}': ${describe(e)}` };
+      return { error: `Error editing file '${filePath}': ${detail(e)}` };
     }
   }
 
@@ -591,19 +621,23 @@ export class BerthSandbox {
     try {
       await this.#call(() => this.#sb.remove(filePath, { recursive: true }));
     } catch (e) {
-      const trouble = sandboxTrouble(e);
+      const trouble = this.#trouble(e);
       if (trouble) return { error: trouble };
       if (e instanceof BerthError && fileCode(e) === "file_not_found") return { error: `Error: '${filePath}' not found` };
-      return { error: `Error deleting '${filePath}': ${describe(e)}` };
+      return { error: `Error deleting '${filePath}': ${detail(e)}` };
     }
     return { path: filePath, filesUpdate: null };
   }
 
-  /** Lines of text files under `path` (default /) that contain `pattern`
-   * (literally, case-sensitive), in the files whose name matches `glob`;
-   * at most `maxCount` (then truncated). */
+  /** Lines of text files under `path` that contain `pattern` (literally,
+   * case-sensitive), in the files whose name matches `glob`; at most
+   * `maxCount` (then truncated). Without a path, the sandbox's working
+   * directory (/home/user) is searched, as berth's Python backend does:
+   * the whole of / holds the image's system files (half a minute to search
+   * the host image, and matches no agent asked for). */
   async grep(pattern: string, path?: string | null, glob?: string | null, maxCount?: number | null): Promise<GrepResult> {
-    const root = path || "/";
+    const root = path || undefined;
+    const where = root ?? "the working directory";
     const cap = typeof maxCount === "number" && maxCount >= 0 ? Math.floor(maxCount) : undefined;
     let res;
     try {
@@ -611,10 +645,10 @@ export class BerthSandbox {
         this.#sb.grep(pattern, root, { glob: glob || undefined, limit: cap !== undefined ? cap + 1 : GREP_LIMIT }),
       );
     } catch (e) {
-      const trouble = sandboxTrouble(e);
+      const trouble = this.#trouble(e);
       if (trouble) return { error: trouble };
-      if (e instanceof BerthError && fileCode(e) === "file_not_found") return { error: `Path '${root}' not found` };
-      return { error: `Cannot search '${root}': ${describe(e)}` };
+      if (e instanceof BerthError && fileCode(e) === "file_not_found") return { error: `Path '${where}' not found` };
+      return { error: `Cannot search '${where}': ${detail(e)}` };
     }
     const matches: GrepMatch[] = res.matches.map((m) => ({ path: m.path, line: m.line, text: m.text }));
     if (cap !== undefined && matches.length > cap) return { matches: matches.slice(0, cap), truncated: true };
@@ -634,10 +668,10 @@ export class BerthSandbox {
     try {
       res = await this.#call(() => this.#sb.glob(anchored, root, { limit: GLOB_LIMIT }));
     } catch (e) {
-      const trouble = sandboxTrouble(e);
+      const trouble = this.#trouble(e);
       if (trouble) return { error: trouble };
       if (e instanceof BerthError && fileCode(e) === "file_not_found") return { files: [] };
-      return { error: `Cannot search '${root}': ${describe(e)}` };
+      return { error: `Cannot search '${root}': ${detail(e)}` };
     }
     return {
       files: res.matches.map((m) => ({ path: m.path, is_dir: false, size: m.size, modified_at: m.modified_at })),
@@ -645,23 +679,42 @@ export class BerthSandbox {
     };
   }
 
-  /** Writes each file (parents made); one response per file, in order.
-   * Throws (a BerthError) only when the whole batch failed. */
+  // A batch call; an error about the sandbox itself answers every file with
+  // the model's sentence (as berth's Python backend does), others are thrown.
+  async #batch<T>(fn: () => Promise<T>): Promise<T | string> {
+    try {
+      return await this.#call(fn);
+    } catch (e) {
+      const text = this.#trouble(e);
+      if (text === undefined) throw e;
+      return text;
+    }
+  }
+
+  /** Writes each file (parents made); one response per file, in order, with
+   * deepagents' code on failure (or, when the sandbox itself cannot be used,
+   * the sentence that says why). Throws only a failure of the whole batch
+   * that is not the sandbox's (a BerthError). */
   async uploadFiles(files: Array<[string, Uint8Array]>): Promise<FileUploadResponse[]> {
     const out: FileUploadResponse[] = files.map(([path]) => ({ path, error: path.startsWith("/") ? null : "invalid_path" }));
     const todo = files.map((f, i) => [i, f] as const).filter(([i]) => out[i]!.error === null);
-    const send = async (batch: ReadonlyArray<readonly [number, [string, Uint8Array]]>): Promise<FileResult[]> =>
-      batch.length ? this.#call(() => this.#sb.uploadFiles(batch.map(([, f]) => f))) : [];
-    const results = await send(todo);
+    if (!todo.length) return out;
+    const results = await this.#batch(() => this.#sb.uploadFiles(todo.map(([, f]) => f)));
+    if (typeof results === "string") {
+      for (const [i] of todo) out[i]!.error = results as FileOperationError;
+      return out;
+    }
     // Writes refused in deepagents' own directories: make them, try again.
     const retry = todo.filter(([, [path]], k) => results[k]?.error && fileCode(results[k]!.error!) === "permission_denied" && this.#inOwnDir(path));
     const again = new Map<number, FileResult>();
     if (retry.length) {
       try {
         await this.#makeOwnDirs();
-        (await send(retry)).forEach((r, k) => again.set(retry[k]![0], r));
-      } catch {
+        const second = await this.#call(() => this.#sb.uploadFiles(retry.map(([, f]) => f)));
+        second.forEach((r, k) => again.set(retry[k]![0], r));
+      } catch (e) {
         // They keep their first answer (permission_denied).
+        this.#logger?.warn(`berth sandbox ${this.#sb.id}: making ${this.#ownDirs.join(", ")}: ${e instanceof Error ? e.message : String(e)}`, e);
       }
     }
     todo.forEach(([i], k) => {
@@ -671,8 +724,7 @@ export class BerthSandbox {
     return out;
   }
 
-  /** Reads each file; one response per path, in order. Throws (a
-   * BerthError) only when the whole batch failed. */
+  /** Reads each file; one response per path, in order, as uploadFiles answers. */
   async downloadFiles(paths: string[]): Promise<FileDownloadResponse[]> {
     const out: FileDownloadResponse[] = paths.map((path) => ({
       path,
@@ -680,14 +732,14 @@ export class BerthSandbox {
       error: path.startsWith("/") ? null : "invalid_path",
     }));
     const todo = paths.map((p, i) => [i, p] as const).filter(([i]) => out[i]!.error === null);
-    if (todo.length) {
-      const results = await this.#call(() => this.#sb.downloadFiles(todo.map(([, p]) => p)));
-      todo.forEach(([i], k) => {
-        const r = results[k];
-        if (!r || r.error) out[i]!.error = r?.error ? fileCode(r.error) : "file_not_found";
-        else out[i]!.content = r.content ?? new Uint8Array(0);
-      });
-    }
+    if (!todo.length) return out;
+    const results = await this.#batch(() => this.#sb.downloadFiles(todo.map(([, p]) => p)));
+    todo.forEach(([i], k) => {
+      const r = typeof results === "string" ? results : results[k];
+      if (typeof r === "string") out[i]!.error = r as FileOperationError;
+      else if (!r || r.error) out[i]!.error = r?.error ? fileCode(r.error) : "file_not_found";
+      else out[i]!.content = r.content ?? new Uint8Array(0);
+    });
     return out;
   }
 }

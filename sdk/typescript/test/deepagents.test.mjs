@@ -12,7 +12,7 @@ import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import { join } from 'node:path'
 import { isSandboxBackend } from 'deepagents'
-import { Berth, NotFound, Sandbox } from '../dist/index.js'
+import { Berth, BerthError, Sandbox } from '../dist/index.js'
 import { BerthSandbox, DEEPAGENTS_DIRS, DEFAULT_TIMEOUT_MS } from '../dist/deepagents.js'
 import { startDaemon, freePort, repo } from './daemon.mjs'
 
@@ -441,6 +441,15 @@ describe('grep', () => {
     assert.equal((await backend.grep('apple', at('gr'), null, 3)).truncated, false)
   })
 
+  it('searches the sandbox’s working directory (/home/user) when given no path', async () => {
+    assert.deepEqual(
+      (await backend.grep('target_nested')).matches.map((m) => m.path),
+      [at('gr/sub1/sub2/deep.txt')],
+    )
+    await backend.execute('echo target_nested > /tmp/outside.txt')
+    assert.equal((await backend.grep('target_nested', null, '*.txt')).matches.length, 1)
+  })
+
   it('answers no matches as an empty list, and a missing path as an error', async () => {
     assert.deepEqual(await backend.grep('nonexistent_str', at('gr')), { matches: [], truncated: false })
     await backend.execute(`mkdir -p ${at('gr-empty')}`)
@@ -552,11 +561,19 @@ describe('deepagents’ own directories', () => {
   })
 })
 
+// A logger that keeps what the backend logs.
+function recorder() {
+  const warned = []
+  const infos = []
+  return { warned, infos, warn: (m) => warned.push(m), info: (m) => infos.push(m) }
+}
+
 describe('the sandbox’s life', () => {
   it('a stopped sandbox is started again by the next call (once for concurrent calls)', async () => {
     const sb = await client.create({ ephemeral: false })
     try {
-      const b = new BerthSandbox({ sandbox: sb })
+      const log = recorder()
+      const b = new BerthSandbox({ sandbox: sb, logger: log })
       await b.write('/home/user/kept.txt', 'kept across stop')
       await sb.stop()
       assert.equal((await sb.refresh()).state, 'stopped')
@@ -565,58 +582,92 @@ describe('the sandbox’s life', () => {
       assert.equal(r2.content, 'kept across stop')
       assert.ok(r3.files.some((f) => f.path === '/home/user/kept.txt'))
       assert.equal((await sb.refresh()).state, 'running')
+      assert.deepEqual(log.infos, [`berth sandbox ${sb.id} was stopped; the deepagents backend brought it back`])
+      assert.deepEqual(log.warned, [])
     } finally {
       await sb.delete()
     }
   })
 
-  it('with autoStart off, a stopped sandbox is explained to the model', async () => {
+  it('a paused sandbox is resumed by the next call', async () => {
     const sb = await client.create({ ephemeral: false })
     try {
-      const b = new BerthSandbox({ sandbox: sb, autoStart: false })
+      const b = new BerthSandbox({ sandbox: sb, logger: recorder() })
+      await b.execute('sleep 1000 > /dev/null 2>&1 &')
+      await sb.pause()
+      assert.equal((await sb.refresh()).state, 'paused')
+      const r = await b.execute('pgrep -c sleep')
+      assert.deepEqual(r, { output: '1\n', exitCode: 0, truncated: false }, 'its processes went on')
+      assert.equal((await sb.refresh()).state, 'running')
+    } finally {
+      await sb.delete()
+    }
+  })
+
+  it('with autoStart off, a stopped sandbox is explained to the model, the detail logged', async () => {
+    const sb = await client.create({ ephemeral: false })
+    try {
+      const log = recorder()
+      const b = new BerthSandbox({ sandbox: sb, autoStart: false, logger: log })
       await sb.stop()
-      const r = await b.execute('echo hi')
-      assert.equal(r.exitCode, null)
-      assert.match(r.output, /^Error: the sandbox is stopped; it must be started again/)
-      assert.match(r.output, new RegExp(`\\(berth: sandbox ${sb.id} is stopped`))
-      assert.match((await b.write('/home/user/x', 'x')).error, /the sandbox is stopped/)
+      const stopped = 'the sandbox is stopped, so no tool can use it until it is started again. Tell the user.'
+      assert.deepEqual(await b.execute('echo hi'), { output: `Error executing command: ${stopped}`, exitCode: null, truncated: false })
+      assert.deepEqual(await b.write('/home/user/x', 'x'), { error: stopped })
+      assert.equal(log.warned.length, 2)
+      assert.ok(log.warned[0].startsWith(`berth sandbox ${sb.id}: sandbox ${sb.id} is stopped: start it first`), log.warned[0])
       assert.equal((await sb.refresh()).state, 'stopped')
     } finally {
       await sb.delete()
     }
   })
 
-  it('a deleted sandbox is explained to the model by every tool; a batch throws NotFound', async () => {
+  it('a deleted sandbox is explained to the model by every tool', async () => {
     const sb = await client.create({ ephemeral: false })
-    const b = new BerthSandbox({ sandbox: sb })
+    const log = recorder()
+    const b = new BerthSandbox({ sandbox: sb, logger: log })
     await sb.delete()
-    const gone = /^Error: the sandbox was deleted; no command or file in it can be reached any more\. \(berth: sandbox "sb-\w+" not found\)$/
-    const r = await b.execute('echo hi')
-    assert.equal(r.exitCode, null)
-    assert.match(r.output, gone)
-    assert.match((await b.read('/home/user/a.txt')).error, gone)
-    assert.match((await b.write('/home/user/a.txt', 'x')).error, gone)
-    assert.match((await b.edit('/home/user/a.txt', 'a', 'b')).error, gone)
-    assert.match((await b.ls('/home/user')).error, gone)
-    assert.match((await b.grep('x', '/home/user')).error, gone)
-    assert.match((await b.glob('*', '/home/user')).error, gone)
-    assert.match((await b.delete('/home/user/a.txt')).error, gone)
-    await assert.rejects(b.uploadFiles([['/home/user/a.txt', enc('x')]]), NotFound)
-    await assert.rejects(b.downloadFiles(['/home/user/a.txt']), NotFound)
+    const gone = 'the sandbox was deleted: its files and programs are gone, and no tool can use it. Tell the user; a new sandbox is needed.'
+    assert.deepEqual(await b.execute('echo hi'), { output: `Error executing command: ${gone}`, exitCode: null, truncated: false })
+    assert.deepEqual(await b.read('/home/user/a.txt'), { error: gone })
+    assert.deepEqual(await b.readRaw('/home/user/a.txt'), { error: gone })
+    assert.deepEqual(await b.write('/home/user/a.txt', 'x'), { error: gone })
+    assert.deepEqual(await b.edit('/home/user/a.txt', 'a', 'b'), { error: gone })
+    assert.deepEqual(await b.ls('/home/user'), { error: gone })
+    assert.deepEqual(await b.grep('x', '/home/user'), { error: gone })
+    assert.deepEqual(await b.glob('*', '/home/user'), { error: gone })
+    assert.deepEqual(await b.delete('/home/user/a.txt'), { error: gone })
+    assert.deepEqual(await b.uploadFiles([['/home/user/a.txt', enc('x')], ['rel', enc('x')]]), [
+      { path: '/home/user/a.txt', error: gone },
+      { path: 'rel', error: 'invalid_path' },
+    ])
+    assert.deepEqual(await b.downloadFiles(['/home/user/a.txt']), [{ path: '/home/user/a.txt', content: null, error: gone }])
+    assert.equal(log.warned.length, 11)
+    assert.ok(log.warned.every((m) => m === `berth sandbox ${sb.id}: sandbox "${sb.id}" not found`), log.warned[0])
   })
 
-  it('a daemon that cannot be reached is explained, naming its URL', async () => {
+  it('a daemon that cannot be reached is explained, its URL logged', async () => {
     const url = `http://127.0.0.1:${await freePort()}`
     const dead = new Berth({ url })
     try {
-      const b = new BerthSandbox({ sandbox: new Sandbox(dead, shared.info) })
+      const log = recorder()
+      const b = new BerthSandbox({ sandbox: new Sandbox(dead, shared.info), logger: log })
       const r = await b.execute('echo hi')
-      assert.equal(r.exitCode, null)
-      assert.match(r.output, /^Error: the berth daemon that runs the sandbox cannot be reached/)
-      assert.ok(r.output.includes(url), r.output)
+      assert.deepEqual(r, {
+        output: 'Error executing command: the sandbox service is not answering right now. Try again in a moment; tell the user if it keeps failing.',
+        exitCode: null,
+        truncated: false,
+      })
+      assert.equal(log.warned.length, 1)
+      assert.ok(log.warned[0].includes(url), log.warned[0])
     } finally {
       dead.close()
     }
+  })
+
+  it('other errors of a whole batch are thrown, typed', async () => {
+    const b = new BerthSandbox({ sandbox: shared, logger: recorder() })
+    const tooMany = Array.from({ length: 3 }, (_, i) => [at(`big/${i}.bin`), new Uint8Array(30 << 20)])
+    await assert.rejects(b.uploadFiles(tooMany), (e) => e instanceof BerthError && e.code === 'too_large')
   })
 
   it('fork makes backends over copies of the files', async () => {
