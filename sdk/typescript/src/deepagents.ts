@@ -21,7 +21,7 @@
 // that against deepagents' own declarations.
 
 import { Berth, type CreateOptions, type Sandbox } from "./client.js";
-import { BerthError, Conflict, DaemonUnreachable, NotFound, Unauthenticated, Unavailable } from "./errors.js";
+import { BerthError, Conflict, DaemonUnreachable, InvalidArgument, NotFound, Unauthenticated, Unavailable, errorFromApi } from "./errors.js";
 import type { FileError, FileResult } from "./types.js";
 
 // deepagents' protocol types (deepagents 1.14: backends/protocol.ts).
@@ -149,6 +149,10 @@ export interface BerthSandboxLogger {
 export interface BerthSandboxCreateOptions extends CreateOptions, Omit<BerthSandboxOptions, "sandbox"> {
   /** The client (default `new Berth()`: $BERTH_URL, else http://127.0.0.1:7680). */
   client?: Berth;
+  /** Files the sandbox starts with: absolute path to content (text as
+   * UTF-8, or bytes), parents made, as deepagents' other sandbox providers
+   * take them. */
+  initialFiles?: Record<string, string | Uint8Array>;
 }
 
 // The limits and texts of deepagents' tools and backends, kept identical.
@@ -303,11 +307,29 @@ export class BerthSandbox {
   }
 
   /** A backend on a new sandbox, kept until deleted (`backend.sandbox.delete()`):
-   * the options are Berth.create's (image, limits, labels, network, allow, …)
-   * and the backend's own (timeoutMs, maxOutputBytes, autoStart, ownDirs). */
+   * the options are Berth.create's (image, limits, labels, network, allow, …),
+   * initialFiles, and the backend's own (timeoutMs, maxOutputBytes,
+   * autoStart, ownDirs, logger). If an initial file cannot be written, the
+   * sandbox is deleted and the error (naming the path) thrown. */
   static async create(opts: BerthSandboxCreateOptions = {}): Promise<BerthSandbox> {
-    const { client, timeoutMs, maxOutputBytes, autoStart, ownDirs, logger, ...create } = opts;
+    const { client, initialFiles, timeoutMs, maxOutputBytes, autoStart, ownDirs, logger, ...create } = opts;
+    const files = Object.entries(initialFiles ?? {});
+    for (const [path] of files) {
+      if (!path.startsWith("/")) throw new InvalidArgument(`initialFiles: ${JSON.stringify(path)} is not an absolute path`);
+    }
     const sandbox = await (client ?? new Berth()).create({ ephemeral: false, ...create });
+    if (files.length) {
+      try {
+        const results = await sandbox.uploadFiles(files);
+        const failed = results.find((r) => r.error);
+        if (failed?.error) {
+          throw errorFromApi({ ...failed.error, message: `initialFiles: ${failed.path}: ${failed.error.message}`, paths: [failed.path] });
+        }
+      } catch (e) {
+        await sandbox.delete().catch(() => {});
+        throw e;
+      }
+    }
     return new BerthSandbox({ sandbox, timeoutMs, maxOutputBytes, autoStart, ownDirs, logger });
   }
 

@@ -10,6 +10,7 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { isSandboxBackend } from 'deepagents'
 import { Berth, BerthError, Sandbox } from '../dist/index.js'
@@ -58,11 +59,21 @@ describe('the backend', () => {
     assert.equal(DEFAULT_TIMEOUT_MS, 30 * 60 * 1000)
   })
 
-  it('checks against deepagents’ own type declarations (SandboxBackendProtocolV2)', async () => {
-    const tsc = join(repo, 'sdk/typescript/node_modules/typescript/bin/tsc')
-    const project = join(repo, 'sdk/typescript/test/deepagents-types.tsconfig.json')
-    const run = promisify(execFile)
-    await run(process.execPath, [tsc, '-p', project], { cwd: join(repo, 'sdk/typescript') })
+  it('checks against deepagents’ own type declarations, and so does the code of docs/deepagents-js.md', async () => {
+    // The page's TypeScript blocks, each a module, compiled with test/deepagents-types.ts.
+    const pkg = join(repo, 'sdk/typescript')
+    const blocks = [...readFileSync(join(repo, 'docs/deepagents-js.md'), 'utf8').matchAll(/^```ts\n([^]*?)^```$/gm)].map((m) => m[1])
+    assert.ok(blocks.length >= 3, `${blocks.length} TypeScript blocks in the page`)
+    const dir = join(pkg, 'dist/deepagents-docs')
+    rmSync(dir, { recursive: true, force: true })
+    mkdirSync(dir, { recursive: true })
+    blocks.forEach((code, i) => writeFileSync(join(dir, `block-${i + 1}.ts`), code))
+    const tsc = join(pkg, 'node_modules/typescript/bin/tsc')
+    try {
+      await promisify(execFile)(process.execPath, [tsc, '-p', join(pkg, 'test/deepagents-types.tsconfig.json')], { cwd: pkg })
+    } catch (e) {
+      assert.fail(`tsc: ${e.stdout}${e.stderr}`)
+    }
   })
 })
 
@@ -104,6 +115,59 @@ describe('execute', () => {
     const r = await small.execute('head -c 5000 /dev/zero | tr "\\0" x')
     assert.equal(r.truncated, true)
     assert.equal(r.output.length, 1000)
+  })
+})
+
+describe('execute at the memory limit', () => {
+  it('says the sandbox ran out of memory when berth reports the command OOM-killed', async () => {
+    const b = await BerthSandbox.create({ client, memory: 64 << 20, logger: null })
+    try {
+      const r = await b.execute('exec python3 -c "x = bytearray(512 << 20)"')
+      assert.equal(r.exitCode, 137)
+      assert.match(r.output, /Error: the command was killed because the sandbox ran out of memory\.$/)
+      assert.deepEqual(await b.execute('echo still here'), { output: 'still here\n', exitCode: 0, truncated: false })
+    } finally {
+      await b.sandbox.delete()
+    }
+  })
+})
+
+describe('initialFiles', () => {
+  it('creates the sandbox with its files, parents made, text or bytes', async () => {
+    const b = await BerthSandbox.create({
+      client,
+      initialFiles: {
+        '/home/user/init-test.txt': 'Hello from initial file!',
+        '/home/user/src/components/Button/index.tsx': 'export const Button = () => <button>Click</button>;',
+        '/home/user/init-script.sh': '#!/bin/sh\necho "Hello from initialFiles script"',
+        '/home/user/data.bin': new Uint8Array([0, 1, 2]),
+      },
+    })
+    try {
+      assert.equal((await b.execute('cat /home/user/init-test.txt')).output, 'Hello from initial file!')
+      assert.equal((await b.read('/home/user/src/components/Button/index.tsx')).content, 'export const Button = () => <button>Click</button>;')
+      assert.deepEqual(await b.execute('sh /home/user/init-script.sh'), { output: 'Hello from initialFiles script\n', exitCode: 0, truncated: false })
+      assert.deepEqual([...(await b.downloadFiles(['/home/user/data.bin']))[0].content], [0, 1, 2])
+      assert.deepEqual((await b.ls('/home/user/src/components')).files.map((f) => f.path), ['/home/user/src/components/Button/'])
+    } finally {
+      await b.sandbox.delete()
+    }
+    const empty = await BerthSandbox.create({ client, initialFiles: {} })
+    assert.equal((await empty.execute('echo Works!')).output, 'Works!\n')
+    await empty.sandbox.delete()
+  })
+
+  it('deletes the sandbox and names the path when a file cannot be written', async () => {
+    await assert.rejects(
+      BerthSandbox.create({ client, labels: { case: 'init-fails' }, initialFiles: { '/home/user/ok.txt': 'x', '/root/no.txt': 'x' } }),
+      (e) => e instanceof BerthError && e.code === 'permission_denied' && e.message.startsWith('initialFiles: /root/no.txt: ') && e.paths[0] === '/root/no.txt',
+    )
+    assert.deepEqual(await client.list({ case: 'init-fails' }), [])
+    await assert.rejects(
+      BerthSandbox.create({ client, labels: { case: 'init-relative' }, initialFiles: { 'relative.txt': 'x' } }),
+      (e) => e instanceof BerthError && e.code === 'invalid_argument' && /initialFiles: "relative.txt" is not an absolute path/.test(e.message),
+    )
+    assert.deepEqual(await client.list({ case: 'init-relative' }), [])
   })
 })
 
