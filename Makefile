@@ -59,6 +59,13 @@ test-python: build test-deps runsc $(VENV)/.installed
 	cd sdk/python && BERTH_BINARY=$(CURDIR)/$(BIN) BERTH_RUNSC=$(CURDIR)/bin/runsc .venv/bin/python -m pytest -p no:cacheprovider -rfEx tests
 	cd sdk/python && BERTH_TEST_RUNTIME=gvisor BERTH_BINARY=$(CURDIR)/$(BIN) BERTH_RUNSC=$(CURDIR)/bin/runsc .venv/bin/python -m pytest -p no:cacheprovider -rfEx tests
 
+# The OpenAI Agents SDK sandbox client (berth.openai_agents) alone, on both
+# runtimes; test-python runs the same file with the rest of the suite.
+.PHONY: test-openai-agents
+test-openai-agents: build test-deps runsc $(VENV)/.installed
+	cd sdk/python && BERTH_BINARY=$(CURDIR)/$(BIN) BERTH_RUNSC=$(CURDIR)/bin/runsc .venv/bin/python -m pytest -p no:cacheprovider -rfEx tests/test_openai_agents.py
+	cd sdk/python && BERTH_TEST_RUNTIME=gvisor BERTH_BINARY=$(CURDIR)/$(BIN) BERTH_RUNSC=$(CURDIR)/bin/runsc .venv/bin/python -m pytest -p no:cacheprovider -rfEx tests/test_openai_agents.py
+
 # E2B's own SDKs, as users install them (Python e2b from PyPI, the npm
 # package e2b; pinned in compat/e2b/sdktest), run unchanged against a real
 # daemon: berth's E2B compatibility (docs/e2b.md).
