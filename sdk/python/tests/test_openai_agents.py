@@ -237,6 +237,8 @@ async def test_persist_and_hydrate_the_workspace_as_a_tar(sbx: BerthSandboxClien
         await src.write(Path("cache/big.bin"), io.BytesIO(b"\0" * 4096))
         res = await src.exec("ln -s sub/b.txt rel_link && ln -s /workspace/a.txt abs_link && chmod 755 sub/b.txt")
         assert res.ok(), res.stderr
+        assert await src.read_bounded(Path("a.txt"), max_bytes=3) == b"alp"
+        assert await src.read_bounded(Path("sub/b.txt"), max_bytes=100) == b"beta"
         src.register_persist_workspace_skip_path("cache")
         tar = await src.persist_workspace()
         raw = tar.read()
@@ -382,6 +384,8 @@ async def test_errors_are_mapped(berth_url: str, bc: Berth) -> None:
         async with await sbx.create() as session:
             with pytest.raises(WorkspaceReadNotFoundError):
                 await session.read(Path("missing.txt"))
+            with pytest.raises(WorkspaceReadNotFoundError):
+                await session.read_bounded(Path("missing.txt"), max_bytes=10)
             with pytest.raises(InvalidManifestPathError):
                 await session.read(Path("../etc/passwd"))
             await session.mkdir(Path("adir"))
