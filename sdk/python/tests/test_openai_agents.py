@@ -285,6 +285,22 @@ async def test_exec_timeout_kills_the_command(sbx: BerthSandboxClient) -> None:
         assert (await session.exec("id -un", user="root")).stdout == b"root\n"
 
 
+async def test_a_sandbox_stopped_or_paused_meanwhile_comes_back(sbx: BerthSandboxClient, bc: Berth) -> None:
+    # Its idle timeout (or anyone) stopped it between two tool calls: the next call starts it.
+    async with await sbx.create() as session:
+        await session.write(Path("kept.txt"), io.BytesIO(b"kept"))
+        outside = bc.get(_inner(session).sandbox_id)
+        outside.stop()
+        assert (await session.exec("cat kept.txt")).stdout == b"kept"
+        assert outside.refresh().state == "running"
+        outside.pause()
+        assert await _text(session, "kept.txt") == "kept"
+        assert outside.refresh().state == "running"
+        outside.stop()
+        update = await session.pty_exec_start("cat kept.txt", yield_time_s=2)
+        assert update.output == b"kept" and update.exit_code == 0
+
+
 async def test_exposed_port_is_reached_through_the_daemon(sbx: BerthSandboxClient, berth_url: str) -> None:
     port = 8765
     async with await sbx.create(options=BerthSandboxClientOptions(exposed_ports=(port,))) as session:

@@ -39,9 +39,10 @@ import tempfile
 import time
 import uuid
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 from urllib.parse import urlsplit
 
 try:
@@ -91,7 +92,7 @@ from pydantic import Field, field_validator
 
 from ._client import AsyncBerth, AsyncSandbox
 from ._terminal import AsyncTerminal
-from .errors import BerthError, InvalidArgument, NotFound
+from .errors import BerthError, Conflict, InvalidArgument, NotFound
 
 __all__ = [
     "BerthSandboxClient",
@@ -109,6 +110,7 @@ _PTY_SIZE = (24, 80)
 # How long a PTY start waits for output when the caller names no yield time.
 _PTY_START_YIELD_MS = 10_000
 _PTY_WRITE_YIELD_MS = 250
+T = TypeVar("T")
 # A bounded read's head -c answers these for a missing path and a non-file.
 _MISSING, _NOT_FILE = 44, 45
 
@@ -269,6 +271,21 @@ class BerthSandboxSession(BaseSandboxSession):
             )
         self._root_ready = True
 
+    async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run a berth call; if the sandbox was stopped (its idle timeout, berth stop) or
+        paused meanwhile, start or resume it and run the call once more."""
+        try:
+            return await op()
+        except Conflict:
+            state = (await self._sb.refresh()).state
+            if state == "stopped":
+                await self._sb.start()
+            elif state == "paused":
+                await self._sb.resume()
+            else:
+                raise
+            return await op()
+
     def _wrap_start_error(self, error: Exception) -> Exception:
         if isinstance(error, BerthError):
             return WorkspaceStartError(
@@ -338,9 +355,10 @@ class BerthSandboxSession(BaseSandboxSession):
             # berth reads 0 as no timeout.
             timeout = max(timeout, 0.001)
         try:
-            res = await self._sb.exec(
-                argv, timeout=timeout, user=user, cwd=self._cwd(), env=await self._env(), max_output_bytes=max_output_bytes
-            )
+            env = await self._env()
+            res = await self._call(lambda: self._sb.exec(
+                argv, timeout=timeout, user=user, cwd=self._cwd(), env=env, max_output_bytes=max_output_bytes
+            ))
         except BerthError as e:
             raise ExecTransportError(
                 command=argv,
@@ -377,7 +395,7 @@ class BerthSandboxSession(BaseSandboxSession):
         error_path = posix_path_as_path(coerce_posix_path(path))
         where = sandbox_path_str(await self._validate_path_access(path))
         try:
-            data = await self._sb.download(where, user=_user_name(user))
+            data = await self._call(lambda: self._sb.download(where, user=_user_name(user)))
         except NotFound as e:
             raise WorkspaceReadNotFoundError(path=error_path, context={"backend": "berth"}, cause=e) from e
         except BerthError as e:
@@ -404,7 +422,7 @@ class BerthSandboxSession(BaseSandboxSession):
             raise WorkspaceWriteTypeError(path=error_path, actual_type=type(data).__name__)
         where = sandbox_path_str(await self._validate_path_access(path, for_write=True))
         try:
-            await self._sb.upload(where, payload, user=_user_name(user))
+            await self._call(lambda: self._sb.upload(where, payload, user=_user_name(user)))
         except BerthError as e:
             raise WorkspaceArchiveWriteError(
                 path=error_path, context={"backend": "berth", "error_class": e.error_class, "reason": e.reason or ""}, cause=e
@@ -417,7 +435,7 @@ class BerthSandboxSession(BaseSandboxSession):
         name = posixpath.basename(root.rstrip("/"))
         try:
             # The tree comes under its own name; members are made relative to the root below.
-            raw = await self._sb.download_archive(root)
+            raw = await self._call(lambda: self._sb.download_archive(root))
         except BerthError as e:
             raise WorkspaceArchiveReadError(
                 path=Path(root), context={"backend": "berth", "error_class": e.error_class}, cause=e,
@@ -454,7 +472,7 @@ class BerthSandboxSession(BaseSandboxSession):
         try:
             if not self._root_ready:
                 await self._make_root()
-            await self._sb.upload_archive(root, raw)
+            await self._call(lambda: self._sb.upload_archive(root, raw))
         except BerthError as e:
             raise WorkspaceArchiveWriteError(
                 path=Path(root), context={"backend": "berth", "error_class": e.error_class, "reason": e.reason or ""}, cause=e
@@ -489,16 +507,17 @@ class BerthSandboxSession(BaseSandboxSession):
     ) -> PtyExecUpdate:
         argv = self._prepare_exec_command(*command, shell=shell, user=None)
         try:
-            pid = await self._sb.start_process(
+            env = await self._env()
+            pid = await self._call(lambda: self._sb.start_process(
                 argv,
                 tty=_PTY_SIZE if tty else None,
                 # Without a terminal stdin is closed, as the SDK's other providers do.
                 open_stdin=tty,
                 cwd=self._cwd(),
                 user=_user_name(user),
-                env=await self._env(),
+                env=env,
                 timeout=max(timeout, 0.001) if timeout is not None else None,
-            )
+            ))
         except BerthError as e:
             # Nothing started: the SDK's shell tool may run the command once without a PTY instead.
             raise ExecTransportError(
