@@ -3,7 +3,9 @@
 // downloads) are async iterables read as the daemon sends them.
 
 import type { IncomingMessage } from "node:http";
+import { createWriteStream } from "node:fs";
 import { readFile, readdir, lstat, readlink } from "node:fs/promises";
+import { pipeline } from "node:stream/promises";
 import { join, relative, sep } from "node:path";
 import { DeadlineExceeded, InvalidArgument, NotFound } from "./errors.js";
 import { type Body, type Call, type Query, Transport, endpoint, lines } from "./http.js";
@@ -23,8 +25,10 @@ import {
   type Port,
   type Process,
   type ReadResult,
+  type SandboxEvent,
   type SandboxInfo,
   Snapshot,
+  type WatchEvent,
   applyResultFromJSON,
   b64decode,
   execEventFromJSON,
@@ -503,6 +507,27 @@ export class Sandbox {
     await this.t.json({ method: "POST", path: sb(this.id, "processes", String(pid), "signal"), json: { signal: String(signal) } });
   }
 
+  /** A background process's output as events: what it kept so far (stdout
+   * and stderr), then, with follow, what it prints as it prints it, and its
+   * exit. */
+  async *processOutput(pid: number, opts: { follow?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<ExecEvent, void, undefined> {
+    yield* this.ndjson(
+      {
+        method: "GET",
+        path: sb(this.id, "processes", String(pid), "output"),
+        query: { follow: opts.follow ? "true" : undefined },
+        timeoutMs: opts.follow ? null : undefined,
+      },
+      opts.signal,
+      execEventFromJSON,
+    );
+  }
+
+  /** Forgets an ended process (its kept output and result); Conflict while it runs. */
+  async removeProcess(pid: number): Promise<void> {
+    await this.t.json({ method: "DELETE", path: sb(this.id, "processes", String(pid)) });
+  }
+
   /** Writes bytes (a string as UTF-8) to the input of a process started with
    * openStdin or tty; with close the input is closed after them (EOF).
    * Conflict if its input is not open. */
@@ -568,6 +593,11 @@ export class Sandbox {
    * are thrown by the await, before any byte. */
   downloadStream(path: string, opts: { user?: string } = {}): Promise<IncomingMessage> {
     return this.t.request({ method: "GET", path: sb(this.id, "files"), query: { path, user: opts.user } });
+  }
+
+  /** Streams a file to a local path. */
+  async downloadTo(path: string, localPath: string, opts: { user?: string } = {}): Promise<void> {
+    await pipeline(await this.downloadStream(path, opts), createWriteStream(localPath));
   }
 
   /** Unpacks a tar stream into a directory (made if missing). */
@@ -719,22 +749,113 @@ export class Sandbox {
   /** The stored egress records, then new ones as they happen, until the
    * sandbox is deleted, the loop breaks, or signal aborts. */
   async *followEgress(opts: { after?: number; denied?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<EgressRecord, void, undefined> {
-    let res: IncomingMessage | undefined;
-    try {
-      res = await this.t.request({
+    yield* this.ndjson(
+      {
         method: "GET",
         path: sb(this.id, "egress"),
         query: { after: opts.after || undefined, denied: opts.denied ? "true" : undefined, follow: "true" },
         timeoutMs: null,
-        signal: opts.signal,
-      });
-      for await (const line of lines(res)) yield JSON.parse(line);
+      },
+      opts.signal,
+      (d) => d,
+    );
+  }
+
+  /** An NDJSON stream's objects as they arrive; an abort by signal ends it
+   * quietly, whichever way the socket broke. */
+  private async *ndjson<T>(call: Call, signal: AbortSignal | undefined, parse: (d: Json) => T): AsyncGenerator<T, void, undefined> {
+    let res: IncomingMessage | undefined;
+    try {
+      res = await this.t.request({ ...call, signal });
+      for await (const line of lines(res)) yield parse(JSON.parse(line));
     } catch (e) {
-      // An abort ends the stream quietly, whichever way the socket broke.
+      if (!signal?.aborted) throw e;
+    } finally {
+      res?.destroy();
+    }
+  }
+
+  /** What the sandbox does, as it happens (Server-Sent Events): created,
+   * started, stopped, deleted, process_started, process_exited, oom,
+   * timed_out, limit_hit, egress_denied. Ends when the sandbox is deleted,
+   * the loop breaks, or signal aborts. */
+  async *events(opts: { signal?: AbortSignal } = {}): AsyncGenerator<SandboxEvent, void, undefined> {
+    let res: IncomingMessage | undefined;
+    try {
+      res = await this.t.request({ method: "GET", path: sb(this.id, "events"), timeoutMs: null, signal: opts.signal });
+      let data: string[] = [];
+      for await (const line of lines(res, true)) {
+        if (line === "") {
+          if (data.length) yield JSON.parse(data.join("\n")) as SandboxEvent;
+          data = [];
+        } else if (line.startsWith("data:")) {
+          data.push(line.slice(5).replace(/^ /, ""));
+        }
+      }
+      if (data.length) yield JSON.parse(data.join("\n")) as SandboxEvent;
+    } catch (e) {
       if (!opts.signal?.aborted) throw e;
     } finally {
       res?.destroy();
     }
+  }
+
+  /** Changes under path (recursive for the whole tree) as they happen:
+   * create, write, remove, rename, chmod events. */
+  async *watch(path: string, opts: Where & { recursive?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<WatchEvent, void, undefined> {
+    yield* this.ndjson(
+      {
+        method: "GET",
+        path: sb(this.id, "fs", "watch"),
+        query: { path, user: opts.user, cwd: opts.cwd, recursive: opts.recursive ? "true" : undefined },
+        timeoutMs: null,
+      },
+      opts.signal,
+      (d) => ({ type: String(d.type), path: String(d.path ?? ""), isDir: Boolean(d.is_dir), time: String(d.time ?? "") }),
+    );
+  }
+
+  /** What the sandbox uses now: CPU seconds, memory, pids, OOM kills, disk, egress. */
+  stats(): Promise<Json> {
+    return this.t.json({ method: "GET", path: sb(this.id, "stats") });
+  }
+
+  /** Counts as activity: holds off the idle timeout. */
+  async keepalive(): Promise<void> {
+    await this.t.json({ method: "POST", path: sb(this.id, "keepalive") });
+  }
+
+  /** Changes a running sandbox: labels (a merge: a string sets one, null
+   * removes it), limits (a running sandbox's ceilings at once; 0 keeps one)
+   * and timeouts (milliseconds, field by field). */
+  async update(opts: {
+    labels?: Record<string, string | null>;
+    memory?: number;
+    cpus?: number;
+    pids?: number;
+    disk?: number;
+    openFiles?: number;
+    idleTimeoutMs?: number;
+    deleteAfterMs?: number;
+    archiveAfterMs?: number;
+    maxLifetimeMs?: number;
+    autoResume?: boolean;
+  }): Promise<SandboxInfo> {
+    const limits = dropUndefined({ memory_bytes: opts.memory, cpus: opts.cpus, pids: opts.pids, disk_bytes: opts.disk, open_files: opts.openFiles });
+    const timeouts = dropUndefined({
+      idle_timeout_s: seconds(opts.idleTimeoutMs, "idleTimeoutMs"),
+      delete_after_s: seconds(opts.deleteAfterMs, "deleteAfterMs"),
+      archive_after_s: seconds(opts.archiveAfterMs, "archiveAfterMs"),
+      max_lifetime_s: seconds(opts.maxLifetimeMs, "maxLifetimeMs"),
+      auto_resume: opts.autoResume || undefined,
+    });
+    const json = {
+      labels: opts.labels,
+      limits: Object.keys(limits).length ? limits : undefined,
+      timeouts: Object.keys(timeouts).length ? timeouts : undefined,
+    };
+    this.info = sandboxInfoFromJSON(await this.t.json({ method: "PATCH", path: sb(this.id), json }));
+    return this.info;
   }
 
   // ports

@@ -100,17 +100,17 @@ export function asBytes(b: Buffer): Uint8Array {
   return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
 }
 
-/** Lines of a stream (NDJSON), as they arrive. */
-export async function* lines(res: AsyncIterable<Buffer | string>): AsyncGenerator<string> {
+/** Lines of a stream (NDJSON, or SSE with keepEmpty), as they arrive. */
+export async function* lines(res: AsyncIterable<Buffer | string>, keepEmpty = false): AsyncGenerator<string> {
   let rest = "";
   const dec = new TextDecoder("utf-8");
   for await (const chunk of res) {
     rest += typeof chunk === "string" ? chunk : dec.decode(chunk, { stream: true });
     let nl: number;
     while ((nl = rest.indexOf("\n")) >= 0) {
-      const line = rest.slice(0, nl);
+      const line = rest.slice(0, nl).replace(/\r$/, "");
       rest = rest.slice(nl + 1);
-      if (line.trim()) yield line;
+      if (keepEmpty || line.trim()) yield line;
     }
   }
   rest += dec.decode();

@@ -66,6 +66,8 @@ export {
   type Port,
   type Process,
   type ReadResult,
+  type SandboxEvent,
   type SandboxInfo,
   type TTY,
+  type WatchEvent,
 } from "./types.js";

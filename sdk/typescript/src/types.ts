@@ -384,3 +384,29 @@ export interface FileResult {
 
 /** An egress record: a connection, request or DNS query of a sandbox. */
 export type EgressRecord = Json;
+
+/** One event of a sandbox's events stream (Sandbox.events). */
+export interface SandboxEvent {
+  type: string;
+  sandbox: string;
+  time: string;
+  /** The process of process events. */
+  pid?: number;
+  /** Why berth stopped a sandbox (a timeout, an init that died). */
+  reason?: string;
+  /** How a process ended (without its output), as the daemon's JSON. */
+  result?: Json;
+  /** The limit of a limit_hit event (pids, cpu, disk) and how often it was hit. */
+  limit?: string;
+  count?: number;
+  /** The refused attempt of an egress_denied event. */
+  egress?: Json;
+}
+
+/** One change of a watch stream (Sandbox.watch). */
+export interface WatchEvent {
+  type: string;
+  path: string;
+  isDir: boolean;
+  time: string;
+}

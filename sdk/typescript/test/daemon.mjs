@@ -22,8 +22,8 @@ export function freePort() {
 
 export const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
 
-/** Starts a daemon; resolves to { url, socketUrl, state, stop }. */
-export async function startDaemon({ prefix = 'tssdk-', warmPool = 2 } = {}) {
+/** Starts a daemon (args are more flags of berth serve); resolves to { url, socketUrl, state, stop }. */
+export async function startDaemon({ prefix = 'tssdk-', warmPool = 2, args: extra = [] } = {}) {
   const binary = process.env.BERTH_BINARY || join(repo, 'bin', 'berth')
   if (!existsSync(binary)) throw new Error(`no berth binary at ${binary}: run make build (or set BERTH_BINARY)`)
   const root = process.env.BERTH_TEST_STATE_ROOT || '/var/tmp/berth-test'
@@ -37,6 +37,7 @@ export async function startDaemon({ prefix = 'tssdk-', warmPool = 2 } = {}) {
   const args = ['serve', '--listen', `127.0.0.1:${port}`, '--state-dir', state, '--warm-pool', String(warmPool)]
   if (process.env.BERTH_TEST_RUNTIME) args.push('--default-runtime', process.env.BERTH_TEST_RUNTIME)
   if (process.env.BERTH_RUNSC) args.push('--runsc', process.env.BERTH_RUNSC)
+  args.push(...extra)
   const proc = spawn(binary, args, { stdio: ['ignore', log, log] })
   closeSync(log)
   const deadline = Date.now() + 30000

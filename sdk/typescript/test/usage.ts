@@ -79,6 +79,20 @@ export async function processes(sb: Sandbox): Promise<void> {
   await again.close();
 }
 
+export async function streams(sb: Sandbox, pid: number, signal: AbortSignal): Promise<void> {
+  for await (const ev of sb.processOutput(pid, { follow: true })) {
+    if (ev.type === "stdout") process.stdout.write(ev.data);
+    if (ev.type === "exit") console.log("ended", ev.result!.exitCode);
+  }
+  await sb.removeProcess(pid);
+  for await (const ev of sb.events({ signal })) console.log(ev.type, ev.pid ?? "");
+  for await (const ch of sb.watch("/home/user", { recursive: true, signal })) console.log(ch.type, ch.path, ch.isDir);
+  console.log(await sb.stats());
+  await sb.keepalive();
+  await sb.update({ labels: { stage: "review", draft: null }, memory: 1 << 30, idleTimeoutMs: 3_600_000 });
+  await sb.downloadTo("/home/user/out.csv", "out.csv");
+}
+
 export async function files(sb: Sandbox, other: Sandbox): Promise<void> {
   await sb.upload("/home/user/data.bin", new Uint8Array([1, 2, 3]), { mode: 0o600 });
   await sb.upload("/home/user/big.iso", fs.createReadStream("big.iso"));
