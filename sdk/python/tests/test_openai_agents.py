@@ -281,6 +281,10 @@ async def test_exec_timeout_kills_the_command(sbx: BerthSandboxClient) -> None:
         # The next command runs as usual; exit codes and stderr come back.
         res = await session.exec("echo out; echo err >&2; exit 7")
         assert (res.exit_code, res.stdout, res.stderr) == (7, b"out\n", b"err\n")
+        # Output past berth's bound (4 MiB a stream) is cut, and stderr says so.
+        big = await session.exec("head -c 5000000 /dev/zero | tr '\\0' a")
+        assert big.ok() and len(big.stdout) == 4 << 20 and big.stdout[:3] == b"aaa"
+        assert big.stderr == b"\n[berth: stdout was cut at the sandbox's output limit]\n"
         # Another user, without sudo in the sandbox.
         assert (await session.exec("id -un", user="root")).stdout == b"root\n"
 

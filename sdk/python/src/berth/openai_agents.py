@@ -99,6 +99,7 @@ __all__ = [
     "BerthSandboxClientOptions",
     "BerthSandboxSession",
     "BerthSandboxSessionState",
+    "SESSION_LABEL",
     "OnExit",
 ]
 
@@ -369,7 +370,13 @@ class BerthSandboxSession(BaseSandboxSession):
             ) from e
         if res.timed_out:
             raise ExecTimeoutError(command=argv, timeout_s=timeout, context={"backend": "berth", "duration_ms": res.duration_ms})
-        return ExecResult(stdout=res.stdout_bytes, stderr=res.stderr_bytes, exit_code=res.exit_code)
+        stderr = res.stderr_bytes
+        if max_output_bytes is None:
+            # Say so where the model reads it (stdout stays as the command wrote it, for parsers).
+            for name, cut in (("stdout", res.stdout_truncated), ("stderr", res.stderr_truncated)):
+                if cut:
+                    stderr += f"\n[berth: {name} was cut at the sandbox's output limit]\n".encode()
+        return ExecResult(stdout=res.stdout_bytes, stderr=stderr, exit_code=res.exit_code)
 
     async def _exec_checked_nonzero(self, *command: str | Path) -> ExecResult:
         # The SDK makes the manifest's users and groups (groupadd, useradd, usermod) and sets
