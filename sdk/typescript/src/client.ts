@@ -5,6 +5,7 @@
 import type { IncomingMessage } from "node:http";
 import { createWriteStream } from "node:fs";
 import { readFile, readdir, lstat, readlink } from "node:fs/promises";
+import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { join, relative, sep } from "node:path";
 import { DeadlineExceeded, InvalidArgument, NotFound } from "./errors.js";
@@ -465,7 +466,7 @@ export class Sandbox {
       signal: opts.signal,
     });
     try {
-      for await (const line of lines(res)) yield execEventFromJSON(JSON.parse(line));
+      for await (const line of lines(this.t.read(res))) yield execEventFromJSON(JSON.parse(line));
     } finally {
       res.destroy();
     }
@@ -590,9 +591,16 @@ export class Sandbox {
 
   /** A file as a stream: a Node Readable (async-iterable by chunks;
    * Readable.toWeb makes a web ReadableStream of it). Errors (NotFound, …)
-   * are thrown by the await, before any byte. */
-  downloadStream(path: string, opts: { user?: string } = {}): Promise<IncomingMessage> {
-    return this.t.request({ method: "GET", path: sb(this.id, "files"), query: { path, user: opts.user } });
+   * are thrown by the await, before any byte; a connection that breaks
+   * later fails the stream with Unavailable. */
+  async downloadStream(path: string, opts: { user?: string } = {}): Promise<Readable> {
+    return this.readable(await this.t.request({ method: "GET", path: sb(this.id, "files"), query: { path, user: opts.user } }));
+  }
+
+  private readable(res: IncomingMessage): Readable {
+    const out = Readable.from(this.t.read(res), { objectMode: false });
+    out.once("close", () => res.destroy());
+    return out;
   }
 
   /** Streams a file to a local path. */
@@ -617,8 +625,8 @@ export class Sandbox {
   }
 
   /** downloadArchive as a stream (see downloadStream). */
-  downloadArchiveStream(path: string, opts: { user?: string } = {}): Promise<IncomingMessage> {
-    return this.t.request({ method: "GET", path: sb(this.id, "archive"), query: { path, user: opts.user } });
+  async downloadArchiveStream(path: string, opts: { user?: string } = {}): Promise<Readable> {
+    return this.readable(await this.t.request({ method: "GET", path: sb(this.id, "archive"), query: { path, user: opts.user } }));
   }
 
   /** Any file operation by name (stat, exists, list, mkdir, move, remove,
@@ -767,7 +775,7 @@ export class Sandbox {
     let res: IncomingMessage | undefined;
     try {
       res = await this.t.request({ ...call, signal });
-      for await (const line of lines(res)) yield parse(JSON.parse(line));
+      for await (const line of lines(this.t.read(res))) yield parse(JSON.parse(line));
     } catch (e) {
       if (!signal?.aborted) throw e;
     } finally {
@@ -784,7 +792,7 @@ export class Sandbox {
     try {
       res = await this.t.request({ method: "GET", path: sb(this.id, "events"), timeoutMs: null, signal: opts.signal });
       let data: string[] = [];
-      for await (const line of lines(res, true)) {
+      for await (const line of lines(this.t.read(res), true)) {
         if (line === "") {
           if (data.length) yield JSON.parse(data.join("\n")) as SandboxEvent;
           data = [];

@@ -8,7 +8,7 @@
 import * as http from "node:http";
 import * as https from "node:https";
 import { Readable } from "node:stream";
-import { DaemonUnreachable, DeadlineExceeded, errorFor, type BerthError } from "./errors.js";
+import { BerthError, DaemonUnreachable, DeadlineExceeded, Unavailable, errorFor } from "./errors.js";
 
 export const DEFAULT_URL = "http://127.0.0.1:7680";
 export const USER_AGENT = "berth-typescript/0.1.0";
@@ -144,6 +144,23 @@ export class Transport {
     return new DaemonUnreachable(`berth daemon not reachable at ${this.ep.url}: ${msg}`, { cause: e });
   }
 
+  /** What a failure while reading an answer means: the daemon's own
+   * error or an abort as they are, else Unavailable naming the URL. */
+  broke(e: unknown): unknown {
+    if (e instanceof BerthError || (e instanceof Error && e.name === "AbortError")) return e;
+    const msg = e instanceof Error ? e.message : String(e);
+    return new Unavailable(`the connection to the berth daemon at ${this.ep.url} broke: ${msg}`, { cause: e });
+  }
+
+  /** An answer's body, chunk by chunk as it arrives (failures as broke says). */
+  async *read(res: AsyncIterable<Buffer | string>): AsyncGenerator<Buffer> {
+    try {
+      for await (const c of res) yield typeof c === "string" ? Buffer.from(c) : c;
+    } catch (e) {
+      throw this.broke(e);
+    }
+  }
+
   /** Sends a call; resolves to its (2xx) response, whose body is unread.
    * An error answer is read and thrown as the SDK's error. */
   async request(call: Call): Promise<http.IncomingMessage> {
@@ -208,7 +225,7 @@ export class Transport {
       }
     });
     if (res.statusCode !== undefined && res.statusCode >= 200 && res.statusCode < 300) return res;
-    const raw = await readAll(res);
+    const raw = await readAll(this.read(res));
     let parsed: unknown;
     try {
       parsed = JSON.parse(raw.toString("utf8"));
@@ -220,12 +237,12 @@ export class Transport {
 
   /** Sends a call and returns its JSON answer (undefined for an empty one). */
   async json<T = any>(call: Call): Promise<T> {
-    const raw = await readAll(await this.request(call));
+    const raw = await readAll(this.read(await this.request(call)));
     return (raw.length ? JSON.parse(raw.toString("utf8")) : undefined) as T;
   }
 
   /** Sends a call and returns its answer's bytes. */
   async bytes(call: Call): Promise<Uint8Array> {
-    return asBytes(await readAll(await this.request(call)));
+    return asBytes(await readAll(this.read(await this.request(call))));
   }
 }

@@ -1,0 +1,129 @@
+// The client's transport against a stand-in daemon on loopback (a plain
+// node:http server that misbehaves on purpose): the API key and the URL's
+// path prefix on the wire, a call with no answer within timeoutMs, an error
+// answer that is not berth's JSON, and connections that break in the middle
+// of an answer, of a stream and of a download.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { createServer } from 'node:http'
+import {
+  Berth,
+  DeadlineExceeded,
+  InternalError,
+  NotFound,
+  Sandbox,
+  Unavailable,
+  DaemonUnreachable,
+} from '../dist/index.js'
+
+let server, base
+const seen = []
+
+before(async () => {
+  server = createServer((req, res) => {
+    seen.push({ method: req.method, url: req.url, headers: req.headers })
+    const path = req.url.split('?')[0]
+    if (path.endsWith('/v1/version')) {
+      res.writeHead(200, { 'Content-Type': 'application/json' })
+      return res.end(JSON.stringify({ version: 'fake', api: 'v1', runtimes: [] }))
+    }
+    if (path.endsWith('/v1/sandboxes/sb-silent')) return // never answers
+    if (path.endsWith('/v1/sandboxes/sb-html')) {
+      res.writeHead(502, { 'Content-Type': 'text/html' })
+      return res.end('<html>bad gateway</html>')
+    }
+    if (path.endsWith('/v1/sandboxes/sb-gone')) {
+      res.writeHead(404, { 'Content-Type': 'application/json' })
+      return res.end(JSON.stringify({ error: { class: 'not_found', message: 'sandbox "sb-gone" not found', reason: 'sandbox_gone' } }))
+    }
+    if (path.endsWith('/v1/sandboxes/sb-odd')) {
+      res.writeHead(418, { 'Content-Type': 'application/json' })
+      return res.end(JSON.stringify({ error: { class: 'from_the_future', message: 'a class this SDK does not know' } }))
+    }
+    if (path.endsWith('/exec')) {
+      res.writeHead(200, { 'Content-Type': 'application/x-ndjson' })
+      res.write('{"type":"start","pid":7}\n{"type":"stdout","data":"aGk="}\n')
+      return setTimeout(() => req.socket.destroy(), 50)
+    }
+    if (path.endsWith('/files')) {
+      res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': '1000000' })
+      res.write(Buffer.alloc(1000, 'x'))
+      return setTimeout(() => req.socket.destroy(), 50)
+    }
+    res.writeHead(404, { 'Content-Type': 'application/json' })
+    res.end(JSON.stringify({ error: { class: 'not_found', message: `no route ${path}` } }))
+  })
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok))
+  base = `http://127.0.0.1:${server.address().port}`
+})
+
+after(async () => {
+  server.closeAllConnections()
+  await new Promise((ok) => server.close(ok))
+})
+
+const info = (id) => ({ id, state: 'running', image: '', runtime: '', labels: {}, publicPorts: [], accessToken: '', createdAt: '', error: '', raw: {} })
+
+test('the API key, the user agent and the URL path prefix reach the wire; $BERTH_API_KEY is the default key', async () => {
+  const c = new Berth({ url: base + '/prefix/', apiKey: 'k-123' })
+  assert.equal((await c.version()).version, 'fake')
+  const last = seen.at(-1)
+  assert.equal(last.url, '/prefix/v1/version')
+  assert.equal(last.headers.authorization, 'Bearer k-123')
+  assert.match(last.headers['user-agent'], /^berth-typescript\//)
+  c.close()
+  process.env.BERTH_API_KEY = 'from-env'
+  try {
+    const e = new Berth({ url: base })
+    await e.version()
+    assert.equal(seen.at(-1).headers.authorization, 'Bearer from-env')
+    e.close()
+  } finally {
+    delete process.env.BERTH_API_KEY
+  }
+  const none = new Berth({ url: base })
+  await none.version()
+  assert.equal(seen.at(-1).headers.authorization, undefined)
+  none.close()
+})
+
+test('a call with no answer within timeoutMs is DeadlineExceeded naming the URL', async () => {
+  const c = new Berth({ url: base, timeoutMs: 300 })
+  const t0 = Date.now()
+  await assert.rejects(c.get('sb-silent'), (e) => e instanceof DeadlineExceeded && e.message.includes(base) && e.message.includes('300 ms'))
+  assert.ok(Date.now() - t0 < 5000)
+  c.close()
+})
+
+test('answers that are not berth JSON, and classes this SDK does not know', async () => {
+  const c = new Berth({ url: base })
+  await assert.rejects(c.get('sb-html'), (e) => e instanceof Unavailable && !(e instanceof DaemonUnreachable) && e.status === 502 && e.message === 'HTTP 502')
+  await assert.rejects(c.get('sb-gone'), (e) => e instanceof NotFound && e.reason === 'sandbox_gone' && e.message === 'sandbox "sb-gone" not found')
+  await assert.rejects(c.get('sb-odd'), (e) => e instanceof InternalError && e.status === 418 && e.details.class === 'from_the_future')
+  c.close()
+})
+
+test('a connection that breaks mid-stream or mid-download is Unavailable naming the URL', async () => {
+  const c = new Berth({ url: base })
+  const sb = new Sandbox(c, info('sb-x'))
+  const events = []
+  await assert.rejects(
+    (async () => {
+      for await (const ev of sb.execStream('true')) events.push(ev)
+    })(),
+    (e) => e instanceof Unavailable && e.message.includes(`berth daemon at ${base} broke`),
+  )
+  assert.deepEqual(events.map((e) => e.type), ['start', 'stdout'])
+  assert.equal(Buffer.from(events[1].data).toString(), 'hi')
+  await assert.rejects(sb.download('/f'), (e) => e instanceof Unavailable && e.message.includes(base))
+  const stream = await sb.downloadStream('/f')
+  let got = 0
+  await assert.rejects(
+    (async () => {
+      for await (const chunk of stream) got += chunk.length
+    })(),
+    (e) => e instanceof Unavailable && e.message.includes(base),
+  )
+  assert.equal(got, 1000)
+  c.close()
+})
