@@ -94,7 +94,7 @@ $(TS_SDK)/node_modules/.installed: $(TS_SDK)/package-lock.json
 .PHONY: test-typescript
 test-typescript: build test-deps $(TS_SDK)/node_modules/.installed
 	cd $(TS_SDK) && ./node_modules/.bin/tsc -p tsconfig.json
-	cd $(TS_SDK) && BERTH_BINARY=$(CURDIR)/$(BIN) node --test --test-concurrency=1 test/*.test.mjs
+	cd $(TS_SDK) && BERTH_BINARY=$(CURDIR)/$(BIN) node --test --test-concurrency=1 --test-timeout=300000 test/*.test.mjs
 
 # The benchmark suite: berth beside crun, runc, runsc, bwrap and podman in
 # one run of interleaved rounds (bench/main.go says how), and through E2B's

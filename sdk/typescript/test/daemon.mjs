@@ -2,7 +2,7 @@
 // with a state directory of its own under /var/tmp/berth-test (chmod 755:
 // sandboxes run as unprivileged uids and must traverse it). The binary is
 // $BERTH_BINARY, else the repository's bin/berth. Stop it with stop().
-import { spawn } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join, resolve } from 'node:path'
@@ -40,6 +40,16 @@ export async function startDaemon({ prefix = 'tssdk-', warmPool = 2, args: extra
   args.push(...extra)
   const proc = spawn(binary, args, { stdio: ['ignore', log, log] })
   closeSync(log)
+  // A test runner that dies (a timeout's signal) takes its daemon along,
+  // which then stops its sandboxes as at any shutdown.
+  const orphaned = () => proc.exitCode === null && proc.kill('SIGTERM')
+  process.once('exit', orphaned)
+  for (const sig of ['SIGINT', 'SIGTERM']) {
+    process.once(sig, () => {
+      orphaned()
+      process.exit(128 + (sig === 'SIGINT' ? 2 : 15))
+    })
+  }
   const deadline = Date.now() + 30000
   for (;;) {
     try {
@@ -49,7 +59,7 @@ export async function startDaemon({ prefix = 'tssdk-', warmPool = 2, args: extra
     if (proc.exitCode !== null || Date.now() > deadline) {
       proc.kill('SIGKILL')
       const tail = readFileSync(logPath, 'utf8').slice(-2000)
-      rmSync(state, { recursive: true, force: true })
+      removeState(state)
       throw new Error('berth serve did not start: ' + tail)
     }
     await sleep(50)
@@ -62,7 +72,25 @@ export async function startDaemon({ prefix = 'tssdk-', warmPool = 2, args: extra
       await exited
       clearTimeout(t)
     }
-    rmSync(state, { recursive: true, force: true })
+    removeState(state)
   }
   return { url, socketUrl: 'unix://' + join(state, 'berth.sock'), state, stop, logPath }
+}
+
+/** Removes a state directory, first detaching what the daemon left mounted
+ * in it (gvisor's network namespace files stay bound after a stop). */
+function removeState(state) {
+  try {
+    rmSync(state, { recursive: true, force: true })
+    return
+  } catch (e) {
+    if (e.code !== 'EBUSY') throw e
+  }
+  const mounts = readFileSync('/proc/self/mounts', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[1])
+    .filter((m) => m && (m === state || m.startsWith(state + '/')))
+    .sort((a, b) => b.length - a.length)
+  for (const m of mounts) execFileSync('umount', ['-l', m])
+  rmSync(state, { recursive: true, force: true })
 }
