@@ -8,12 +8,21 @@ import { readFile, readdir, lstat, readlink } from "node:fs/promises";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { join, relative, sep } from "node:path";
-import { DeadlineExceeded, InvalidArgument, NotFound } from "./errors.js";
+import { type ApiError, DeadlineExceeded, InvalidArgument, NotFound, errorFromApi } from "./errors.js";
 import { type Body, type Call, type Query, Transport, endpoint, lines } from "./http.js";
 import { Terminal, openTerminal } from "./terminal.js";
 import { tarOf, type TarEntry } from "./tar.js";
 import {
   type ApplyResult,
+  type BuildEvent,
+  type BuildResult,
+  type Image,
+  type Pool,
+  type PullEvent,
+  type RuntimeInfo,
+  type Secret,
+  type Usage,
+  type VersionInfo,
   Diff,
   type EgressRecord,
   type ExecEvent,
@@ -154,6 +163,17 @@ export interface UploadOptions {
   user?: string;
   /** Refuse (AlreadyExists) if the file exists. */
   createOnly?: boolean;
+}
+
+export interface BuildOptions {
+  /** The Dockerfile's path in the context (default "Dockerfile"). */
+  dockerfile?: string;
+  /** Build arguments (ARG). */
+  args?: Record<string, string>;
+  /** Run every step again, the cache unused. */
+  noCache?: boolean;
+  /** The network mode of RUN steps. */
+  network?: string;
 }
 
 export interface ListOptions {
@@ -765,7 +785,7 @@ export class Sandbox {
         timeoutMs: null,
       },
       opts.signal,
-      (d) => d,
+      (d) => d as EgressRecord,
     );
   }
 
@@ -824,7 +844,7 @@ export class Sandbox {
   }
 
   /** What the sandbox uses now: CPU seconds, memory, pids, OOM kills, disk, egress. */
-  stats(): Promise<Json> {
+  stats(): Promise<Usage> {
     return this.t.json({ method: "GET", path: sb(this.id, "stats") });
   }
 
@@ -1000,12 +1020,12 @@ export class Berth {
 
   /** The daemon's runtimes: each available one with what it can do on this
    * host, the others with why they cannot run here. */
-  async runtimes(): Promise<Json[]> {
+  async runtimes(): Promise<RuntimeInfo[]> {
     return (await this.transport.json({ method: "GET", path: "/v1/runtimes" })).runtimes;
   }
 
   /** The daemon's version, API version, runtimes and ports_domain. */
-  version(): Promise<{ version: string; api: string; runtimes: string[]; ports_domain?: string }> {
+  version(): Promise<VersionInfo> {
     return this.transport.json({ method: "GET", path: "/v1/version" });
   }
 
@@ -1036,15 +1056,15 @@ export class Berth {
 
   // secrets: the daemon adds them to sandboxes' requests; no call returns a value
 
-  createSecret(name: string, value: string): Promise<Json> {
+  createSecret(name: string, value: string): Promise<Secret> {
     return this.transport.json({ method: "POST", path: "/v1/secrets", json: { name, value } });
   }
 
-  updateSecret(name: string, value: string): Promise<Json> {
+  updateSecret(name: string, value: string): Promise<Secret> {
     return this.transport.json({ method: "PUT", path: "/v1/secrets/" + encodeURIComponent(name), json: { value } });
   }
 
-  async listSecrets(): Promise<Json[]> {
+  async listSecrets(): Promise<Secret[]> {
     return (await this.transport.json({ method: "GET", path: "/v1/secrets" })).secrets;
   }
 
@@ -1055,11 +1075,18 @@ export class Berth {
   // images: pulled from a registry, or imported from a docker save / OCI
   // layout tar; create({ image }) pulls one itself when it is missing
 
-  pullImage(ref: string): Promise<Json> {
+  pullImage(ref: string): Promise<Image> {
     return this.transport.json({ method: "POST", path: "/v1/images/pull", json: { ref }, timeoutMs: null });
   }
 
-  async importImage(tar: Body, opts: { name?: string } = {}): Promise<Json[]> {
+  /** pullImage with its progress as it happens: resolved, downloading
+   * (current of total bytes), exists, unpacked, then done (with the image)
+   * or error. */
+  async *pullImageStream(ref: string, opts: { signal?: AbortSignal } = {}): AsyncGenerator<PullEvent, void, undefined> {
+    yield* this.progress({ method: "POST", path: "/v1/images/pull", json: { ref }, timeoutMs: null }, opts.signal, pullEvent);
+  }
+
+  async importImage(tar: Body, opts: { name?: string } = {}): Promise<Image[]> {
     const d = await this.transport.json({
       method: "POST",
       path: "/v1/images/import",
@@ -1071,11 +1098,11 @@ export class Berth {
     return d.images;
   }
 
-  async listImages(): Promise<Json[]> {
+  async listImages(): Promise<Image[]> {
     return (await this.transport.json({ method: "GET", path: "/v1/images" })).images;
   }
 
-  inspectImage(ref: string): Promise<Json> {
+  inspectImage(ref: string): Promise<Image> {
     return this.transport.json({ method: "GET", path: "/v1/images/" + encodeImageRef(ref) });
   }
 
@@ -1085,13 +1112,24 @@ export class Berth {
 
   /** Builds template `name` from a Dockerfile: context is a directory (sent
    * as a tar, less what its .dockerignore leaves out) or a tar's bytes.
-   * Returns { image, executed, cached_steps, log }; sandboxes are then
-   * created with { image: name }. */
-  async buildTemplate(
-    name: string,
-    context: string | Uint8Array,
-    opts: { dockerfile?: string; args?: Record<string, string>; noCache?: boolean; network?: string } = {},
-  ): Promise<Json> {
+   * Sandboxes are then created with { image: name }. */
+  async buildTemplate(name: string, context: string | Uint8Array, opts: BuildOptions = {}): Promise<BuildResult> {
+    return this.transport.json(await this.buildCall(name, context, opts));
+  }
+
+  /** buildTemplate with its log as it happens: each step (cached or run),
+   * a RUN step's output, then done (with the image) or error. */
+  async *buildTemplateStream(name: string, context: string | Uint8Array, opts: BuildOptions & { signal?: AbortSignal } = {}): AsyncGenerator<BuildEvent, void, undefined> {
+    const call = await this.buildCall(name, context, opts);
+    yield* this.progress(call, opts.signal, (d) => ({
+      ...d,
+      type: String(d.type ?? ""),
+      data: b64decode(d.data),
+      error: d.error && typeof d.error === "object" ? errorFromApi(d.error as ApiError) : undefined,
+    }) as BuildEvent);
+  }
+
+  private async buildCall(name: string, context: string | Uint8Array, opts: BuildOptions): Promise<Call> {
     const dockerfile = opts.dockerfile ?? "Dockerfile";
     const tar = typeof context === "string" ? await contextTar(context, dockerfile) : context;
     const q: Array<[string, string]> = [
@@ -1101,29 +1139,44 @@ export class Berth {
     for (const [k, v] of Object.entries(opts.args ?? {})) q.push(["arg", `${k}=${v}`]);
     if (opts.noCache) q.push(["no_cache", "true"]);
     if (opts.network) q.push(["network", opts.network]);
-    return this.transport.json({
+    return {
       method: "POST",
       path: "/v1/templates/build",
       query: q,
       body: tar,
       headers: { "Content-Type": "application/x-tar" },
       timeoutMs: null,
-    });
+    };
   }
 
-  async listTemplates(): Promise<Json[]> {
+  /** A progress stream (Accept: application/x-ndjson) as parsed events. */
+  private async *progress<T>(call: Call, signal: AbortSignal | undefined, parse: (d: Json) => T): AsyncGenerator<T, void, undefined> {
+    let res: IncomingMessage | undefined;
+    try {
+      res = await this.transport.request({ ...call, headers: { ...(call.headers ?? {}), Accept: "application/x-ndjson" }, signal });
+      for await (const line of lines(this.transport.read(res))) yield parse(JSON.parse(line));
+    } finally {
+      res?.destroy();
+    }
+  }
+
+  async listTemplates(): Promise<Image[]> {
     return (await this.transport.json({ method: "GET", path: "/v1/templates" })).images;
   }
 
   /** Keeps `size` sandboxes of image (on runtime, default the daemon's) warm,
    * so that a create of it is a hand-over; size 0 removes the pool. */
-  setPool(image: string, size: number, opts: { runtime?: string } = {}): Promise<Json> {
+  setPool(image: string, size: number, opts: { runtime?: string } = {}): Promise<Pool> {
     return this.transport.json({ method: "PUT", path: "/v1/pools", json: dropUndefined({ image, size, runtime: opts.runtime }) });
   }
 
-  async pools(): Promise<Json[]> {
+  async pools(): Promise<Pool[]> {
     return (await this.transport.json({ method: "GET", path: "/v1/pools" })).pools;
   }
+}
+
+function pullEvent(d: Json): PullEvent {
+  return { ...d, status: String(d.status ?? ""), error: d.error && typeof d.error === "object" ? errorFromApi(d.error as ApiError) : undefined } as PullEvent;
 }
 
 function encodeImageRef(ref: string): string {

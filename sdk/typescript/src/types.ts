@@ -382,8 +382,155 @@ export interface FileResult {
   error?: FileError;
 }
 
+// The daemon-wide objects, as the daemon's JSON (snake_case) is.
+
 /** An egress record: a connection, request or DNS query of a sandbox. */
-export type EgressRecord = Json;
+export interface EgressRecord {
+  seq: number;
+  time: string;
+  /** tcp, udp, http, https, dns */
+  proto: string;
+  /** The name asked for (a DNS query's, a request's Host, a TLS SNI). */
+  name?: string;
+  addr?: string;
+  port?: number;
+  method?: string;
+  path?: string;
+  status?: number;
+  bytes_out: number;
+  bytes_in: number;
+  duration_ms: number;
+  allowed: boolean;
+  /** The rule that allowed or refused it. */
+  rule: string;
+  /** The secret injected into it, by name. */
+  secret?: string;
+  error?: string;
+  [field: string]: unknown;
+}
+
+/** A stored secret, without its value (no call returns one). */
+export interface Secret {
+  name: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ImageConfig {
+  env?: string[];
+  working_dir?: string;
+  user?: string;
+  entrypoint?: string[];
+  cmd?: string[];
+  labels?: Record<string, string>;
+  exposed_ports?: string[];
+  architecture?: string;
+  os?: string;
+}
+
+/** A stored image (pulled, imported, or a template). */
+export interface Image {
+  id: string;
+  names?: string[];
+  size: number;
+  layers: string[];
+  source: string;
+  created_at: string;
+  config: ImageConfig;
+  /** The sandboxes made from it (inspect). */
+  in_use?: string[];
+  template?: boolean;
+  notes?: string[];
+  [field: string]: unknown;
+}
+
+/** One line of an image pull's or import's progress: resolved, downloading
+ * (current of total bytes), exists, unpacked, then done (with image) or
+ * error (with error, as the class it names). */
+export interface PullEvent {
+  status: "resolved" | "downloading" | "exists" | "unpacked" | "done" | "error" | (string & {});
+  layer?: string;
+  current?: number;
+  total?: number;
+  image?: Image;
+  error?: BerthError;
+}
+
+/** One line of a template build's log: step (or a cached one), stdout and
+ * stderr of a RUN step, then done (with image, executed, cached_steps) or
+ * error. data is the output's bytes. */
+export interface BuildEvent {
+  type: "step" | "stdout" | "stderr" | "done" | "error" | (string & {});
+  step?: number;
+  steps?: number;
+  instruction?: string;
+  line?: number;
+  cached?: boolean;
+  data: Uint8Array;
+  image?: Image;
+  executed?: number;
+  cached_steps?: number;
+  error?: BerthError;
+}
+
+/** The answer of a template build. */
+export interface BuildResult {
+  image: Image;
+  executed: number;
+  cached_steps: number;
+  /** The build's output, base64 as the daemon sends it. */
+  log?: string;
+}
+
+/** A warm pool: sandboxes of one image booted ahead of time. */
+export interface Pool {
+  image: string;
+  runtime?: string;
+  size: number;
+  ready: number;
+}
+
+/** An isolation tier of the daemon, and what it can do on this host. */
+export interface RuntimeInfo {
+  name: string;
+  default: boolean;
+  available: boolean;
+  /** Why it cannot run here. */
+  reason?: string;
+  capabilities?: {
+    limits: string[];
+    max: { cpus?: number; memory_bytes?: number; pids?: number; disk_bytes?: number; open_files?: number };
+    network_modes: string[];
+    stop_start: boolean;
+    update_limits: boolean;
+    grow_disk: boolean;
+    stats: boolean;
+    idmapped_layers: boolean;
+    pause: boolean;
+    snapshot: boolean;
+    memory_checkpoint: boolean;
+    missing?: Record<string, string>;
+  };
+}
+
+/** What a sandbox uses now (Sandbox.stats). */
+export interface Usage {
+  cpu_seconds: number;
+  memory_bytes: number;
+  memory_peak_bytes: number;
+  pids: number;
+  oom_kills: number;
+  disk_bytes: number;
+  egress?: { allowed: number; denied: number; bytes_out: number; bytes_in: number };
+}
+
+/** The daemon's version (Berth.version). */
+export interface VersionInfo {
+  version: string;
+  api: string;
+  runtimes: string[];
+  ports_domain?: string;
+}
 
 /** One event of a sandbox's events stream (Sandbox.events). */
 export interface SandboxEvent {

@@ -12,7 +12,10 @@ import {
   InvalidArgument,
   NotFound,
   tarOf,
+  type BuildResult,
   type ExecEvent,
+  type Image,
+  type Pool,
   type ExecResult,
   type FileResult,
   type Sandbox,
@@ -156,6 +159,20 @@ export async function network(key: string): Promise<void> {
   await berth.buildTemplate("agent-env:1", "./agent-env");
   await berth.setPool("agent-env:1", 4);
   console.log(await berth.listImages(), await berth.listTemplates(), await berth.pools());
+  for await (const ev of berth.pullImageStream("python:3.12-slim")) {
+    if (ev.status === "downloading") console.log(ev.layer, ev.current, "/", ev.total);
+  }
+  for await (const ev of berth.buildTemplateStream("agent-env:2", "./agent-env")) {
+    if (ev.type === "step") console.log(`step ${ev.step}/${ev.steps}: ${ev.instruction}${ev.cached ? " (cached)" : ""}`);
+    if (ev.type === "stdout" || ev.type === "stderr") process.stdout.write(ev.data);
+    if (ev.type === "error") throw ev.error;
+  }
+  const rt = (await berth.runtimes()).find((r) => r.default);
+  console.log(rt?.capabilities?.memory_checkpoint, (await berth.version()).ports_domain);
+  const pool: Pool = await berth.setPool("agent-env:1", 0);
+  const img: Image = await berth.inspectImage("agent-env:1");
+  const built: BuildResult = await berth.buildTemplate("agent-env:1", "./agent-env");
+  console.log(pool.ready, img.in_use, built.executed);
 }
 
 export async function errors(sb: Sandbox): Promise<void> {
