@@ -335,6 +335,15 @@ export class Sandbox {
     return this.berth.transport;
   }
 
+  /** JSON.stringify(sandbox) gives its info as the daemon described it. */
+  toJSON(): Json {
+    return this.info.raw;
+  }
+
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return `Sandbox { id: '${this.id}', state: '${this.info.state}', ephemeral: ${this.ephemeral} }`;
+  }
+
   async [Symbol.asyncDispose](): Promise<void> {
     if (!this.ephemeral) return;
     try {
@@ -974,6 +983,10 @@ export class Berth {
     const ep = endpoint(opts.url);
     this.url = ep.url;
     this.transport = new Transport(ep, opts.apiKey ?? process.env.BERTH_API_KEY, opts.timeoutMs ?? 300_000);
+  }
+
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return `Berth { url: '${this.url}' }`;
   }
 
   /** Closes the client's idle connections (open streams and terminals go on). */

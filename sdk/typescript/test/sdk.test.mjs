@@ -6,6 +6,7 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
 import { Readable } from 'node:stream'
+import { inspect } from 'node:util'
 import { execFileSync } from 'node:child_process'
 import { mkdtempSync, writeFileSync, mkdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -61,6 +62,9 @@ test('lifecycle: create, list by labels, stop refuses exec, start, delete', asyn
     assert.equal((await sb.exec('echo $HOSTNAME')).stdout.trim(), sb.id)
     assert.equal((await sb.refresh()).state, 'running')
     assert.equal((await berth.get(sb.id)).id, sb.id)
+    assert.equal(JSON.parse(JSON.stringify(sb)).id, sb.id)
+    assert.equal(inspect(sb), `Sandbox { id: '${sb.id}', state: 'running', ephemeral: true }`)
+    assert.equal(inspect(berth), `Berth { url: '${daemon.url}' }`)
   } finally {
     await sb.delete()
   }
