@@ -101,7 +101,9 @@ export class Terminal implements AsyncIterable<TerminalEvent> {
   private readonly ws: WebSocket;
   private readonly path: string;
   private readonly queue: Incoming[] = [];
-  private waiter: (() => void) | undefined;
+  // The readers waiting for a message (recv may be called again before an
+  // earlier call returned: each message goes to one of them).
+  private readonly waiters = new Set<() => void>();
   private closedByUs = false;
   private closeInfo: { code: number; reason: string } | undefined;
   private socketError: Error | undefined;
@@ -181,9 +183,9 @@ export class Terminal implements AsyncIterable<TerminalEvent> {
   }
 
   private wake(): void {
-    const w = this.waiter;
-    this.waiter = undefined;
-    w?.();
+    const ws = [...this.waiters];
+    this.waiters.clear();
+    for (const w of ws) w();
   }
 
   private get done(): boolean {
@@ -199,16 +201,16 @@ export class Terminal implements AsyncIterable<TerminalEvent> {
       if (m) return m;
       if (this.closeInfo || this.socketError || this.closedByUs) return undefined;
       let timer: NodeJS.Timeout | undefined;
+      let waiter: (() => void) | undefined;
       const arrived = new Promise<boolean>((resolve) => {
-        this.waiter = () => resolve(true);
+        waiter = () => resolve(true);
+        this.waiters.add(waiter);
         if (deadline !== undefined) timer = setTimeout(() => resolve(false), Math.max(0, deadline - Date.now()));
       });
       const ok = await arrived;
       if (timer) clearTimeout(timer);
-      if (!ok) {
-        this.waiter = undefined;
-        throw new DeadlineExceeded(`process ${this.pid}: no output after ${timeoutMs} ms`);
-      }
+      this.waiters.delete(waiter!);
+      if (!ok) throw new DeadlineExceeded(`process ${this.pid}: no output after ${timeoutMs} ms`);
     }
   }
 

@@ -256,3 +256,35 @@ test('terminals over the unix socket', async () => {
     local.close()
   }
 })
+
+test('one task reads while another writes; recv calls made together each get an event', async () => {
+  const sb = await berth.create()
+  try {
+    const term = await sb.openTerminal(['/bin/sh'])
+    const reading = (async () => {
+      let out = ''
+      for await (const chunk of term.output()) out += Buffer.from(chunk).toString()
+      return out
+    })()
+    for (let i = 1; i <= 3; i++) {
+      await term.write(`echo line-$((${i}*11))\n`)
+      await sleep(50)
+    }
+    await term.write('exit 0\n')
+    const out = await reading
+    for (const want of ['line-11', 'line-22', 'line-33']) assert.ok(out.includes(want), out)
+    assert.equal(term.result.exitCode, 0)
+
+    const cat = await sb.attach(await sb.startProcess(['sh', '-c', 'echo one; sleep 0.2; echo two >&2; sleep 0.2; echo three'], { openStdin: true }))
+    const [a, b] = await Promise.all([cat.recv(10000), cat.recv(10000)])
+    assert.ok(a && b, 'both got an event')
+    const rest = []
+    for await (const ev of cat) rest.push(ev)
+    const text = [a, b, ...rest].filter((e) => e.type !== 'exit').map((e) => Buffer.from(e.data).toString()).join('')
+    assert.ok(['one', 'two', 'three'].every((w) => text.includes(w)), text)
+    assert.equal(rest.at(-1).type, 'exit')
+    await cat.close()
+  } finally {
+    await sb.delete()
+  }
+})
