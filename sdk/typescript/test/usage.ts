@@ -24,7 +24,7 @@ import {
 
 export async function connect(): Promise<void> {
   const berth = new Berth();
-  const remote = new Berth({ url: "http://10.0.0.5:7680", apiKey: process.env.BERTH_API_KEY, timeoutMs: 60_000 });
+  const remote = new Berth({ url: "http://berth.example.internal:7680", apiKey: process.env.BERTH_API_KEY, timeoutMs: 60_000 });
   const local = new Berth({ url: "unix:///var/lib/berth/berth.sock" });
   for (const b of [berth, remote, local]) b.close();
 }
