@@ -122,6 +122,38 @@ func TestGvisorThroughTheAPI(t *testing.T) {
 	}
 }
 
+// TestGvisorDeletePausedAndStop deletes a paused (frozen) gvisor sandbox,
+// which once hung in runsc delete and left it in state error, and checks
+// that a daemon stopped gracefully leaves no mount in its state directory
+// (runsc pins an empty network namespace in its root).
+func TestGvisorDeletePausedAndStop(t *testing.T) {
+	d := startGvisorDaemon(t)
+	ctx := t.Context()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "gvisor"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatalf("delete of a paused sandbox: %v", err)
+	}
+	if tr := d.traces(sb.ID); len(tr) != 0 {
+		t.Fatalf("traces after delete: %v", tr)
+	}
+	d.stop()
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if strings.Contains(line, " "+d.state+"/") {
+			t.Errorf("mounted after the daemon stopped: %s", line)
+		}
+	}
+}
+
 func readCount(t *testing.T, d *daemon, id string) int {
 	t.Helper()
 	r, err := d.client.Exec(t.Context(), id, api.ExecRequest{Shell: "cat /tmp/count"})

@@ -680,12 +680,19 @@ func (r *Runtime) teardown(ctx context.Context, id string) error {
 	r.Forget(id)
 	r.fixed.Delete(id)
 	var errs []error
+	cg, err := r.Cgroups.Load(id)
+	if err == nil {
+		// runsc delete signals gVisor's processes and waits for them, which
+		// a frozen (paused) group never lets happen: thaw it first.
+		if terr := cg.Thaw(); terr != nil {
+			errs = append(errs, fmt.Errorf("thaw cgroup: %w", terr))
+		}
+	}
 	if exists(filepath.Join(r.cfg.StateDir, "runsc", id)) || r.known(id) {
 		if err := r.run(ctx, id, "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "does not exist") {
 			errs = append(errs, err)
 		}
 	}
-	cg, err := r.Cgroups.Load(id)
 	switch {
 	case err == nil:
 		r.Retire(id, cg) // an OOM ends the whole sandbox here: keep why
@@ -734,8 +741,16 @@ func (r *Runtime) Delete(ctx context.Context, id string, state json.RawMessage) 
 	return nil
 }
 
-// Close stops the runtime's exit watches; sandboxes keep running.
+// Close stops the runtime's exit watches; sandboxes keep running. It also
+// unmounts the empty network namespace runsc pins in its root for the
+// gofers it starts (runsc makes it again when it needs it; running gofers
+// keep theirs), so that the state directory can be removed once the daemon
+// is gone.
 func (r *Runtime) Close() error {
+	nullNetns := filepath.Join(r.cfg.StateDir, "runsc", "null-netns")
+	for unix.Unmount(nullNetns, unix.MNT_DETACH) == nil {
+		// concurrent runsc invocations may have stacked several
+	}
 	if err := r.watcher.Close(); err != nil {
 		return fmt.Errorf("gvisor runtime: %w", err)
 	}
