@@ -32,6 +32,15 @@ func TestOOMKilledIsReported(t *testing.T) {
 	if !r.OOMKilled || r.Signal != 9 || r.ExitCode != 137 {
 		t.Fatalf("1 GiB in 64 MiB: %+v (stderr %q)", r, r.Stderr)
 	}
+	// A shell whose command the OOM killer ended exits 137 itself, and is
+	// reported as OOM-killed too; a plain exit 137 is not.
+	r, err = d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "python3 -c '" + allocGiB + "'; exit $?"})
+	if err != nil || !r.OOMKilled || r.Signal != 0 || r.ExitCode != 137 {
+		t.Fatalf("a shell's command OOM-killed: %+v %v", r, err)
+	}
+	if r, _ = d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "exit 137"}); r.OOMKilled || r.ExitCode != 137 {
+		t.Fatalf("plain exit 137: %+v", r)
+	}
 	// A process the user kills with SIGKILL is not reported as an OOM kill.
 	r, _ = d.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "kill -9 $$"})
 	if r.OOMKilled || r.Signal != 9 {
@@ -51,7 +60,7 @@ func TestOOMKilledIsReported(t *testing.T) {
 		t.Fatalf("background OOM: %+v %v", w, err)
 	}
 	u, err := d.client.Stats(ctx, sb.ID)
-	if err != nil || u.OOMKills < 2 || u.MemoryPeakBytes > 64<<20 || u.Pids < 1 {
+	if err != nil || u.OOMKills < 3 || u.MemoryPeakBytes > 64<<20 || u.Pids < 1 {
 		t.Fatalf("stats after two OOM kills: %+v %v", u, err)
 	}
 }

@@ -73,10 +73,11 @@ func (m *Manager) oomKills(ctx context.Context, ls *liveSandbox, id string) (int
 	return n, err == nil
 }
 
-// explain sets r.OOMKilled when r ended by SIGKILL and the OOM count rose
-// above before.
+// explain sets r.OOMKilled when r ended by SIGKILL, or exited 137 as a
+// shell does whose command was SIGKILLed (sh -c 'python3 …'), and the OOM
+// count rose above before. An exit 137 without an OOM kill stays as it is.
 func (m *Manager) explain(ctx context.Context, ls *liveSandbox, id string, before int64, known bool, r *api.ExecResult) {
-	if !known || r == nil || r.Signal != 9 {
+	if !known || r == nil || (r.Signal != 9 && (r.Signal != 0 || r.ExitCode != 137)) {
 		return
 	}
 	if after, ok := m.oomKills(ctx, ls, id); ok && after > before {
