@@ -80,19 +80,9 @@ func (b *backend) execute(ctx context.Context, in executeInput) (executeOutput, 
 	if in.Stdin != "" {
 		req.Stdin = []byte(in.Stdin)
 	}
-	before, counted := b.oomKills(ctx, in.SandboxID)
 	r, err := b.c.Exec(ctx, in.SandboxID, req)
 	if err != nil {
 		return executeOutput{}, "", err
-	}
-	// The daemon flags an OOM kill of the process it started, which here is
-	// the shell; a command the shell ran that the kernel killed at the
-	// memory limit makes the shell exit 137. The sandbox's OOM-kill count
-	// tells that case apart from a plain kill -9.
-	if !r.OOMKilled && counted && (r.ExitCode == 137 || r.Signal == 9) {
-		if after, ok := b.oomKills(ctx, in.SandboxID); ok && after > before {
-			r.OOMKilled = true
-		}
 	}
 	out := executeOutput{ExitCode: r.ExitCode, Signal: r.Signal, Stdout: strings.ToValidUTF8(string(r.Stdout), "\uFFFD"),
 		Stderr: strings.ToValidUTF8(string(r.Stderr), "\uFFFD"), StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
@@ -137,10 +127,4 @@ func execText(r executeOutput, timeout time.Duration, maxOut int64) string {
 	}
 	fmt.Fprintf(&b, "[exit code %d]", r.ExitCode)
 	return b.String()
-}
-
-// oomKills is the sandbox's count of OOM kills, if its runtime keeps one.
-func (b *backend) oomKills(ctx context.Context, id string) (int64, bool) {
-	u, err := b.c.Stats(ctx, id)
-	return u.OOMKills, err == nil
 }
