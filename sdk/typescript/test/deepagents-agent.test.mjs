@@ -26,6 +26,8 @@ before(async () => {
 })
 
 after(async () => {
+  // Every sandbox goes, a failed test's too: a sandbox outlives its daemon.
+  if (client) for (const s of await client.list()) await client.delete(s.id).catch(() => {})
   client?.close()
   await daemon?.stop()
 })

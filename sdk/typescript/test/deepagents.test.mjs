@@ -34,9 +34,8 @@ before(async () => {
 })
 
 after(async () => {
-  try {
-    await shared?.delete()
-  } catch {}
+  // Every sandbox goes, a failed test's too: a sandbox outlives its daemon.
+  if (client) for (const s of await client.list()) await client.delete(s.id).catch(() => {})
   client?.close()
   await daemon?.stop()
 })
@@ -73,6 +72,8 @@ describe('the backend', () => {
       await promisify(execFile)(process.execPath, [tsc, '-p', join(pkg, 'test/deepagents-types.tsconfig.json')], { cwd: pkg })
     } catch (e) {
       assert.fail(`tsc: ${e.stdout}${e.stderr}`)
+    } finally {
+      rmSync(dir, { recursive: true, force: true }) // dist/ is what the package ships
     }
   })
 })
