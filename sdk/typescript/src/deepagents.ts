@@ -379,11 +379,19 @@ export class BerthSandbox {
     try {
       return await fn();
     } catch (e) {
-      if (!this.#autoStart || !(e instanceof Conflict)) throw e;
-      if (e.reason === "sandbox_stopped") await this.#bringBack("start");
-      else if (e.reason === "sandbox_paused") await this.#bringBack("resume");
-      else if (this.#starting) await this.#starting;
-      else if (e.reason || !(await this.#settled())) throw e;
+      if (!this.#autoStart) throw e;
+      if (e instanceof Conflict) {
+        if (e.reason === "sandbox_stopped") await this.#bringBack("start");
+        else if (e.reason === "sandbox_paused") await this.#bringBack("resume");
+        else if (this.#starting) await this.#starting;
+        else if (e.reason || !(await this.#settled())) throw e;
+      } else if (e instanceof Unavailable && !(e instanceof DaemonUnreachable) && !e.reason) {
+        // The guest went away under the call: the sandbox may be stopping
+        // (gVisor stops a sandbox the host OOM-killed). Not if it runs on.
+        if (!(await this.#settled(true))) throw e;
+      } else {
+        throw e;
+      }
     }
     return fn();
   }
@@ -405,17 +413,25 @@ export class BerthSandbox {
   }
 
   // Waits (up to a minute) for a sandbox between states to settle; starts
-  // it if it settled stopped. False if it is in no state calls can follow.
-  async #settled(): Promise<boolean> {
-    const deadline = Date.now() + 60_000;
+  // (resumes) it if it settled stopped (paused). False if it is in no state
+  // calls can follow, or (onlyIfBroughtBack) if it was running all along.
+  async #settled(onlyIfBroughtBack = false): Promise<boolean> {
+    const sleep = () => new Promise((r) => setTimeout(r, 100));
     let info = await this.#sb.refresh();
+    // A guest that went away can leave its sandbox "running" for a moment
+    // before the daemon stops it: give the daemon 3 seconds to notice.
+    for (const until = Date.now() + 3_000; onlyIfBroughtBack && info.state === "running" && Date.now() < until; ) {
+      await sleep();
+      info = await this.#sb.refresh();
+    }
+    const deadline = Date.now() + 60_000;
     while ((info.state === "starting" || info.state === "stopping") && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 100));
+      await sleep();
       info = await this.#sb.refresh();
     }
     if (info.state === "stopped") await this.#bringBack("start");
     else if (info.state === "paused") await this.#bringBack("resume");
-    else if (info.state !== "running") return false;
+    else if (info.state !== "running" || onlyIfBroughtBack) return false;
     return true;
   }
 
