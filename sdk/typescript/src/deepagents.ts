@@ -235,6 +235,14 @@ class StartFailed extends Error {
   }
 }
 
+/** The sandbox stopped while a call that must not be repeated ran; it was
+ * brought back. error is the call's own. */
+class Interrupted extends Error {
+  constructor(readonly error: unknown) {
+    super(`interrupted: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
 /** What the model is told of an error about the sandbox itself rather than
  * the path or command it gave (the sentences of berth's Python backend), or
  * undefined for an error the model can act on. */
@@ -244,6 +252,9 @@ function forModel(e: unknown): string | undefined {
       forModel(e.error) ??
       `the sandbox was ${e.verb === "start" ? "stopped" : "paused"} and could not be ${e.verb === "start" ? "started" : "resumed"} again, so no tool can use it. Tell the user.`
     );
+  }
+  if (e instanceof Interrupted) {
+    return "the sandbox stopped while this ran, so it may not have finished. It was started again: its files are kept, its processes are not. Check what was done, then try again if needed.";
   }
   if (!(e instanceof BerthError)) return undefined;
   if (e.reason === "sandbox_gone") {
@@ -349,7 +360,7 @@ export class BerthSandbox {
    * copy). The copies are kept until deleted (`backend.sandbox.delete()`);
    * `backend.sandbox.apply(winner.sandbox)` merges the one that worked back. */
   async fork(n = 1, opts: { labels?: Record<string, string> | Array<Record<string, string>> } = {}): Promise<BerthSandbox[]> {
-    const copies = await this.#call(() => this.#sb.fork(n, { labels: opts.labels, ephemeral: false }));
+    const copies = await this.#call(() => this.#sb.fork(n, { labels: opts.labels, ephemeral: false }), true);
     return copies.map(
       (sandbox) =>
         new BerthSandbox({
@@ -371,27 +382,24 @@ export class BerthSandbox {
     return text;
   }
 
-  // Runs a call; one that finds the sandbox stopped (paused) starts
-  // (resumes) it, once for every call that waits on it, and is made again.
-  // One that finds it between states (starting, stopping: another call's
-  // start, an idle stop) waits for it to settle first.
-  async #call<T>(fn: () => Promise<T>): Promise<T> {
+  // Runs a call. One the daemon refused because the sandbox is stopped
+  // (paused) starts (resumes) it, once for every call that waits on it, and
+  // is made again. One that finds it between states (starting, stopping:
+  // another client's start, an idle stop), or whose guest went away under
+  // it, waits for the sandbox to settle, bringing it back if it stopped;
+  // then it is made again, unless it may have run in part (`once`: execute,
+  // edit, delete, fork), which answers Interrupted instead.
+  async #call<T>(fn: () => Promise<T>, once = false): Promise<T> {
     try {
       return await fn();
     } catch (e) {
-      if (!this.#autoStart) throw e;
-      if (e instanceof Conflict) {
-        if (e.reason === "sandbox_stopped") await this.#bringBack("start");
-        else if (e.reason === "sandbox_paused") await this.#bringBack("resume");
-        else if (this.#starting) await this.#starting;
-        else if (e.reason || !(await this.#settled())) throw e;
-      } else if (e instanceof Unavailable && !(e instanceof DaemonUnreachable) && !e.reason) {
-        // The guest went away under the call: the sandbox may be stopping
-        // (gVisor stops a sandbox the host OOM-killed). Not if it runs on.
-        if (!(await this.#settled(true))) throw e;
-      } else {
-        throw e;
-      }
+      if (!this.#autoStart || !(e instanceof Conflict || (e instanceof Unavailable && !(e instanceof DaemonUnreachable)))) throw e;
+      if (e.reason === "sandbox_stopped") await this.#bringBack("start");
+      else if (e.reason === "sandbox_paused") await this.#bringBack("resume");
+      else if (e.reason) throw e;
+      else if (e instanceof Conflict && this.#starting) await this.#starting;
+      else if (!(await this.#settled(e instanceof Unavailable))) throw e;
+      else if (once) throw new Interrupted(e);
     }
     return fn();
   }
@@ -446,7 +454,7 @@ export class BerthSandbox {
     }
     let r;
     try {
-      r = await this.#call(() => this.#sb.exec(command, { timeoutMs, maxOutputBytes: this.#maxOutputBytes }));
+      r = await this.#call(() => this.#sb.exec(command, { timeoutMs, maxOutputBytes: this.#maxOutputBytes }), true);
     } catch (e) {
       const output = `Error executing command: ${this.#trouble(e) ?? detail(e)}`;
       return { output, exitCode: null, truncated: false };
@@ -631,7 +639,7 @@ export class BerthSandbox {
         await this.#call(() => this.#sb.write(filePath, newString));
         return { path: filePath, filesUpdate: null, occurrences: 1 };
       }
-      const n = await this.#call(() => this.#sb.edit(filePath, oldString, newString, { replaceAll }));
+      const n = await this.#call(() => this.#sb.edit(filePath, oldString, newString, { replaceAll }), true);
       return { path: filePath, filesUpdate: null, occurrences: n };
     } catch (e) {
       const trouble = this.#trouble(e);
@@ -657,7 +665,7 @@ export class BerthSandbox {
   /** Removes a file, or a directory with everything in it. */
   async delete(filePath: string): Promise<DeleteResult> {
     try {
-      await this.#call(() => this.#sb.remove(filePath, { recursive: true }));
+      await this.#call(() => this.#sb.remove(filePath, { recursive: true }), true);
     } catch (e) {
       const trouble = this.#trouble(e);
       if (trouble) return { error: trouble };
