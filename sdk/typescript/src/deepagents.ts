@@ -302,6 +302,7 @@ export class BerthSandbox {
   readonly #logger: BerthSandboxLogger | null;
   #starting: Promise<void> | undefined;
   #dirsMade: Promise<void> | undefined;
+  #closed = false;
 
   constructor(opts: BerthSandboxOptions) {
     if (!opts || !opts.sandbox) throw new TypeError("BerthSandbox: sandbox is required (a Sandbox from berth.create, get or getOrCreate)");
@@ -352,6 +353,24 @@ export class BerthSandbox {
   /** The berth sandbox behind this backend. */
   get sandbox(): Sandbox {
     return this.#sb;
+  }
+
+  /** Whether the sandbox was running when berth last described it (create,
+   * a start, `sandbox.refresh()`), as deepagents' other providers say it.
+   * False once close() deleted it. */
+  get isRunning(): boolean {
+    return !this.#closed && this.#sb.info.state === "running";
+  }
+
+  /** Deletes the sandbox, as deepagents' other providers' close() do (one
+   * already gone is no error). The backend answers nothing after it. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    try {
+      await this.#sb.delete();
+    } catch (e) {
+      if (!(e instanceof NotFound)) throw e;
+    }
   }
 
   /** `n` new backends, each over a running copy of this sandbox's files as

@@ -13,7 +13,7 @@ import { promisify } from 'node:util'
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { isSandboxBackend } from 'deepagents'
-import { Berth, BerthError, Sandbox } from '../dist/index.js'
+import { Berth, BerthError, NotFound, Sandbox } from '../dist/index.js'
 import { BerthSandbox, DEEPAGENTS_DIRS, DEFAULT_TIMEOUT_MS } from '../dist/deepagents.js'
 import { startDaemon, freePort, repo, sleep } from './daemon.mjs'
 
@@ -50,6 +50,16 @@ describe('the backend', () => {
     assert.equal(shared.ephemeral, false)
     const again = await client.get(backend.id)
     assert.equal(again.info.state, 'running')
+  })
+
+  it('says whether it is running, and close deletes the sandbox', async () => {
+    assert.equal(backend.isRunning, true)
+    const b = await BerthSandbox.create({ client })
+    assert.equal(b.isRunning, true)
+    await b.close()
+    assert.equal(b.isRunning, false)
+    await assert.rejects(client.get(b.id), NotFound)
+    await b.close() // once more: already gone
   })
 
   it('refuses bad options with errors that name them', () => {
