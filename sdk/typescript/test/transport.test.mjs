@@ -127,3 +127,21 @@ test('a connection that breaks mid-stream or mid-download is Unavailable naming 
   assert.equal(got, 1000)
   c.close()
 })
+
+test('every error class of api/openapi.yaml becomes its typed error, message and reason kept', async () => {
+  const { readFileSync } = await import('node:fs')
+  const { errorFor, BerthError } = await import('../dist/index.js')
+  const doc = readFileSync(new URL('../../../api/openapi.yaml', import.meta.url), 'utf8')
+  let block = doc.slice(doc.indexOf('\n    Error:\n'))
+  block = block.slice(block.indexOf('enum:'), block.indexOf('message:'))
+  const classes = block.split('\n').map((l) => l.trim()).filter((l) => l.startsWith('- ')).map((l) => l.slice(2))
+  assert.ok(classes.length >= 13, String(classes))
+  for (const cls of classes) {
+    const e = errorFor(400, { error: { class: cls, message: `the daemon's words for ${cls}`, reason: 'sandbox_gone' } })
+    assert.ok(e instanceof BerthError, cls)
+    assert.equal(e.code, cls)
+    assert.equal(e.message, `the daemon's words for ${cls}`)
+    assert.equal(e.reason, 'sandbox_gone')
+    assert.notEqual(e.constructor, BerthError, `${cls} has no class of its own`)
+  }
+})
