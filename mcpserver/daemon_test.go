@@ -41,7 +41,7 @@ func (l *lockedBuffer) String() string {
 // startDaemon runs `berth serve` as root on a loopback port with a fresh
 // state directory; when the test ends its sandboxes are deleted and it is
 // stopped (the state directory goes with testutil.StateDir's cleanup).
-func startDaemon(t *testing.T) *daemon {
+func startDaemon(t testing.TB) *daemon {
 	t.Helper()
 	testutil.RequireRoot(t)
 	state := testutil.StateDir(t)
@@ -87,7 +87,7 @@ func startDaemon(t *testing.T) *daemon {
 }
 
 // freeAddr is a loopback address with a port that nothing listens on now.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -97,7 +97,7 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func mustClient(t *testing.T, url string) *client.Client {
+func mustClient(t testing.TB, url string) *client.Client {
 	t.Helper()
 	c, err := client.New(url)
 	if err != nil {

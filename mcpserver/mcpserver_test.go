@@ -33,7 +33,7 @@ func newClient() *mcp.Client {
 }
 
 // stdioSession runs the real `berth mcp` as an MCP host does, over stdio.
-func stdioSession(t *testing.T, url string) *mcp.ClientSession {
+func stdioSession(t testing.TB, url string) *mcp.ClientSession {
 	t.Helper()
 	var stderr lockedBuffer
 	cmd := exec.Command(testutil.Berth(t), "mcp", "--url", url)
@@ -53,7 +53,7 @@ func stdioSession(t *testing.T, url string) *mcp.ClientSession {
 
 // httpSession runs `berth mcp --http` on a loopback port and connects to it
 // with the SDK's streamable HTTP client.
-func httpSession(t *testing.T, url string) *mcp.ClientSession {
+func httpSession(t testing.TB, url string) *mcp.ClientSession {
 	t.Helper()
 	addr := freeAddr(t)
 	var stderr lockedBuffer
@@ -91,7 +91,7 @@ func httpSession(t *testing.T, url string) *mcp.ClientSession {
 
 // inMemorySession serves mcpserver.New in-process over the SDK's in-memory
 // transport.
-func inMemorySession(t *testing.T, url string) *mcp.ClientSession {
+func inMemorySession(t testing.TB, url string) *mcp.ClientSession {
 	t.Helper()
 	c := mustClient(t, url)
 	st, ct := mcp.NewInMemoryTransports()
@@ -127,7 +127,7 @@ func TestMCPHTTP(t *testing.T) {
 // a tool call is a tool error that names the URL, over every transport.
 func TestMCPDaemonDown(t *testing.T) {
 	url := "http://" + freeAddr(t)
-	for name, connect := range map[string]func(*testing.T, string) *mcp.ClientSession{
+	for name, connect := range map[string]func(testing.TB, string) *mcp.ClientSession{
 		"stdio": stdioSession, "http": httpSession, "memory": inMemorySession,
 	} {
 		t.Run(name, func(t *testing.T) {
