@@ -25,6 +25,7 @@ import (
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/compat/e2b"
+	"github.com/berthsh/berth/hostcheck"
 	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/internal/guestbin"
 	"github.com/berthsh/berth/ports"
@@ -110,6 +111,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		cfg.DefaultRuntime = native.Name
 	}
 	if err := checkListen(cfg.Listen, cfg.RemoteAPI); err != nil {
+		return nil, err
+	}
+	if err := checkHost(ctx, cfg); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
@@ -240,6 +244,21 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics, server.WithPortsDomain(cfg.Domain)),
 		server.ImagesAPI(images, m), server.TemplatesAPI(builder, images), e2bGroup, proxy)
 	return d, nil
+}
+
+// checkHost runs berth doctor's checks that every create needs, and refuses
+// to start, with each failure's fix, where one fails.
+func checkHost(ctx context.Context, cfg Config) error {
+	failed := hostcheck.Failed(hostcheck.Startup(ctx, hostcheck.Options{StateDir: cfg.StateDir, GuestBinary: cfg.GuestBinary,
+		NoSeccomp: cfg.Native.NoSeccomp, CgroupRoot: cfg.Native.CgroupRoot}))
+	if len(failed) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(failed))
+	for i, r := range failed {
+		msgs[i] = r.Error()
+	}
+	return fmt.Errorf("this host cannot run sandboxes (berth doctor checks it all):\n  %s", strings.Join(msgs, "\n  "))
 }
 
 // Close releases the daemon's resources in reverse order. Sandboxes keep running.

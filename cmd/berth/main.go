@@ -9,18 +9,17 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/cli"
+	"github.com/berthsh/berth/config"
 	"github.com/berthsh/berth/daemon"
 	"github.com/berthsh/berth/guest"
+	"github.com/berthsh/berth/hostcheck"
 	"github.com/berthsh/berth/internal/fds"
+	"github.com/berthsh/berth/internal/sdnotify"
 )
 
 func main() {
@@ -39,7 +38,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand())
+	root.AddCommand(serveCommand(), doctorCommand())
 	cli.AddCommands(root)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -56,39 +55,30 @@ func main() {
 }
 
 func serveCommand() *cobra.Command {
-	var cfg daemon.Config
-	var debug bool
-	var outputBudget string
-	var pools []string
+	var cfg config.Config
+	var print bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the berth daemon",
-		Args:  cobra.NoArgs,
+		Long: "serve runs the berth daemon. Every flag can be set in a YAML config file, under the flag's name: " +
+			config.DefaultPath + " when it exists, or the file --config names. A flag given on the command line wins over " +
+			"the file, the file over the default. It refuses to start where berth doctor finds a check that every create needs failing.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if outputBudget != "" {
-				n, err := cli.ParseSize(outputBudget)
-				if err != nil || n <= 0 {
-					return fmt.Errorf("--exec-output-budget %q: want a size such as 512M", outputBudget)
-				}
-				cfg.ExecOutputBudget = n
+			if err := loadConfig(cmd); err != nil {
+				return err
 			}
-			for _, p := range pools {
-				img, size, named := strings.Cut(p, "=")
-				if !named {
-					img, size = "", p
+			if print {
+				out, err := config.Print(cmd.Flags(), false)
+				if err != nil {
+					return err
 				}
-				n, err := strconv.Atoi(size)
-				if err != nil || n < 0 {
-					return fmt.Errorf("--warm-pool %q: want N or IMAGE=N", p)
-				}
-				if !named {
-					cfg.WarmPool = n
-					continue
-				}
-				if cfg.WarmPools == nil {
-					cfg.WarmPools = map[string]int{}
-				}
-				cfg.WarmPools[img] = n
+				_, err = cmd.OutOrStdout().Write(out)
+				return err
+			}
+			dcfg, err := cfg.Daemon()
+			if err != nil {
+				return err
 			}
 			// Whatever started the daemon may have left descriptors open;
 			// none of them may reach a sandbox.
@@ -96,43 +86,53 @@ func serveCommand() *cobra.Command {
 				return fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
 			}
 			level := slog.LevelInfo
-			if debug {
+			if cfg.Debug {
 				level = slog.LevelDebug
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-			d, err := daemon.New(cmd.Context(), cfg, log)
+			d, err := daemon.New(cmd.Context(), dcfg, log)
 			if err != nil {
 				return err
 			}
 			defer d.Close()
-			return d.Serve(cmd.Context(), func() { log.Info("berth ready", "listen", cfg.Listen, "state_dir", cfg.StateDir) })
+			return d.Serve(cmd.Context(), func() {
+				log.Info("berth ready", "listen", dcfg.Listen, "state_dir", dcfg.StateDir)
+				if err := sdnotify.Notify(sdnotify.Ready); err != nil {
+					log.Warn("tell systemd the daemon is ready", "err", err)
+				}
+			})
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7680", "TCP address of the API (empty: unix socket only); loopback unless --insecure-remote-api")
-	f.BoolVar(&cfg.RemoteAPI, "insecure-remote-api", false, "allow a --listen address other than loopback (there are no API keys yet: whoever reaches it controls every sandbox)")
-	f.StringVar(&cfg.Domain, "domain", api.DefaultDomain, "domain of sandboxes' ports in host form, {port}-{id}.DOMAIN (names under .localhost reach loopback in browsers and curl)")
-	f.StringArrayVar(&cfg.AllowedHosts, "allowed-host", nil, "a host name clients use to reach the API, besides IP addresses and localhost (repeatable; others are refused, which stops DNS rebinding)")
-	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/berth", "directory of the store, the API socket and sandbox state")
-	f.StringVar(&cfg.DefaultRuntime, "default-runtime", "native", "runtime of sandboxes whose create names none: native or gvisor (see berth runtimes)")
-	f.StringVar(&cfg.DefaultRuntime, "runtime", "native", "the old name of --default-runtime")
-	f.MarkHidden("runtime")
-	f.StringVar(&cfg.Gvisor.Runsc, "runsc", "", "runsc binary of the gvisor runtime (default: runsc on PATH; make runsc installs a pinned one)")
-	f.StringVar(&cfg.Gvisor.Platform, "runsc-platform", "systrap", "gVisor platform of the gvisor runtime: systrap, kvm (where /dev/kvm works) or ptrace")
-	f.Int64Var(&cfg.DefaultLimits.Pids, "default-pids", 4096, "pids limit of sandboxes that set none (0: none)")
-	f.DurationVar(&cfg.DefaultTimeouts.Idle, "default-idle-timeout", 15*time.Minute, "stop sandboxes idle this long, unless they set their own (0: never)")
-	f.DurationVar(&cfg.DefaultTimeouts.DeleteAfter, "default-delete-after", 0, "delete sandboxes this long after they stopped, unless they set their own (0: never)")
-	f.DurationVar(&cfg.DefaultTimeouts.ArchiveAfter, "default-archive-after", 0, "archive sandboxes' files (compressed, their directory freed until start) this long after they stopped, unless they set their own (0: never)")
-	f.DurationVar(&cfg.DefaultTimeouts.MaxLifetime, "default-max-lifetime", 0, "stop sandboxes this long after creation, unless they set their own (0: never)")
-	f.StringArrayVar(&pools, "warm-pool", []string{"2"}, "N: sandboxes of the default image kept booted ahead of time, so a create is a hand-over (0: none); IMAGE=N: a pool of another image (repeatable)")
-	f.StringArrayVar(&cfg.InsecureRegistries, "insecure-registry", nil, "a registry (host[:port]) spoken to over plain HTTP (repeatable; loopback ones always are)")
-	f.BoolVar(&cfg.Native.NoSeccomp, "no-seccomp", false, "do not install the seccomp profile in sandboxes (debugging only)")
-	f.BoolVar(&cfg.Native.NoIDMappedLayers, "no-idmapped-layers", false, "give sandboxes shifted copies of image layers (one per id range) even where the kernel can idmap them")
-	f.StringVar(&outputBudget, "exec-output-budget", "512M", "output that plain (not streamed) execs may hold in the daemon together; past it they fail with resource_exhausted")
-	f.StringVar(&cfg.Network.Default, "default-network", "none", "network mode of sandboxes whose create names none: none, allowlist (reaches nothing until a policy allows it) or open")
-	f.StringVar(&cfg.Network.Netns, "egress-netns", "", "network namespace (a path such as /run/netns/NAME) that sandboxes' connections leave from (default: the daemon's own)")
-	f.StringArrayVar(&cfg.Network.DNS, "egress-dns", nil, "upstream resolver, ip or ip:port (repeatable; default: the nameservers in /etc/resolv.conf)")
-	f.StringVar(&cfg.Network.CAFile, "egress-ca", "", "PEM file of CA certificates to trust, besides the host's, when verifying the hosts secrets are bound to")
-	f.BoolVar(&debug, "debug", false, "log at debug level")
+	cfg.Bind(cmd.Flags())
+	addConfigFlag(cmd)
+	cmd.Flags().BoolVar(&print, config.PrintFlag, false, "print the effective configuration (flags over config file over defaults) as a config file, and exit")
 	return cmd
+}
+
+// doctorCommand is berth doctor with serve's flags and config file.
+func doctorCommand() *cobra.Command {
+	return cli.DoctorCommand(func(cmd *cobra.Command) func() (hostcheck.Options, error) {
+		var cfg config.Config
+		cfg.Bind(cmd.Flags())
+		addConfigFlag(cmd)
+		return func() (hostcheck.Options, error) {
+			if err := loadConfig(cmd); err != nil {
+				return hostcheck.Options{}, err
+			}
+			return cfg.HostCheck(), nil
+		}
+	})
+}
+
+func addConfigFlag(cmd *cobra.Command) {
+	cmd.Flags().String(config.FileFlag, config.DefaultPath, "YAML file of settings, keyed by these flags' names (read when it exists; flags given here win)")
+}
+
+// loadConfig applies the config file, if any, under cmd's flags.
+func loadConfig(cmd *cobra.Command) error {
+	path, err := config.Path(cmd.Flags())
+	if err != nil || path == "" {
+		return err
+	}
+	return config.Load(path, cmd.Flags())
 }

@@ -10,7 +10,17 @@ import (
 	"path/filepath"
 )
 
-// CheckSearchable returns an error naming the first parent of dir that
+// UnsearchableError is a parent directory that others cannot search.
+type UnsearchableError struct {
+	Dir  string
+	Mode os.FileMode
+}
+
+func (e *UnsearchableError) Error() string {
+	return fmt.Sprintf("%s has mode %o: sandboxes need it searchable by others (chmod o+x %s)", e.Dir, e.Mode, e.Dir)
+}
+
+// CheckSearchable returns an error (an *UnsearchableError) naming the first parent of dir that
 // others cannot search (chmod o+x fixes it).
 func CheckSearchable(dir string) error {
 	abs, err := filepath.Abs(dir)
@@ -23,7 +33,7 @@ func CheckSearchable(dir string) error {
 			return err
 		}
 		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("%s has mode %o: sandboxes need it searchable by others (chmod o+x %s)", p, fi.Mode().Perm(), p)
+			return &UnsearchableError{Dir: p, Mode: fi.Mode().Perm()}
 		}
 		if p == "/" {
 			return nil

@@ -116,30 +116,15 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	if opts.Platform == "" {
 		opts.Platform = "systrap"
 	}
-	if !slices.Contains(Platforms, opts.Platform) {
-		return nil, fmt.Errorf("gvisor runtime: platform %q: want one of %v", opts.Platform, Platforms)
-	}
-	if opts.Platform == "kvm" {
-		if _, err := os.Stat("/dev/kvm"); err != nil {
-			return nil, fmt.Errorf("gvisor runtime: platform kvm needs /dev/kvm: %w", err)
-		}
+	path, _, err := CheckRunsc(opts)
+	if err != nil {
+		return nil, err
 	}
 	if opts.CgroupRoot == "" {
 		opts.CgroupRoot = "berth"
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	runsc := opts.Runsc
-	if runsc == "" {
-		runsc = "runsc"
-	}
-	path, err := exec.LookPath(runsc)
-	if err != nil {
-		return nil, fmt.Errorf("gvisor runtime: runsc not found (install it with scripts/runsc.sh, or name it with --runsc): %w", err)
-	}
-	if out, err := exec.Command(path, "--version").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("gvisor runtime: %s --version: %v: %s", path, err, bytes.TrimSpace(out))
 	}
 	cg, err := cgroup.New(opts.CgroupRoot)
 	if err != nil {
@@ -173,6 +158,40 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	r.caps = r.capabilities()
 	r.log.Info("gvisor runtime ready", "runsc", path, "platform", opts.Platform, "cgroup_version", cg.Version(), "missing", r.caps.Missing)
 	return r, nil
+}
+
+// CheckRunsc is the gvisor runtime's own check of this host, without
+// touching a state dir: the platform is known (and kvm has /dev/kvm), and
+// runsc is found and `runsc --version` runs. It returns runsc's path and the
+// first line of its version, or why the runtime is unavailable (the error
+// New fails with, for berth doctor to show).
+func CheckRunsc(opts Options) (path, version string, err error) {
+	platform := opts.Platform
+	if platform == "" {
+		platform = "systrap"
+	}
+	if !slices.Contains(Platforms, platform) {
+		return "", "", fmt.Errorf("gvisor runtime: platform %q: want one of %v", platform, Platforms)
+	}
+	if platform == "kvm" {
+		if _, err := os.Stat("/dev/kvm"); err != nil {
+			return "", "", fmt.Errorf("gvisor runtime: platform kvm needs /dev/kvm: %w", err)
+		}
+	}
+	runsc := opts.Runsc
+	if runsc == "" {
+		runsc = "runsc"
+	}
+	path, err = exec.LookPath(runsc)
+	if err != nil {
+		return "", "", fmt.Errorf("gvisor runtime: runsc not found (install it with scripts/runsc.sh, or name it with --runsc): %w", err)
+	}
+	out, err := exec.Command(path, "--version").CombinedOutput()
+	if err != nil {
+		return path, "", fmt.Errorf("gvisor runtime: %s --version: %v: %s", path, err, bytes.TrimSpace(out))
+	}
+	version, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return path, version, nil
 }
 
 // makeBase makes the read-only layer at dir that sits under every

@@ -144,7 +144,7 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	r.caps.Missing["memory_checkpoint"] = "the native runtime cannot save processes with their memory (the gvisor runtime can)"
 	if opts.NoIDMappedLayers {
 		r.caps.Missing["idmapped_layers"] = "turned off (serve --no-idmapped-layers): image layers are copied once per sandbox's id range"
-	} else if why := probeIDMappedLayers(guestBin, filepath.Join(cfg.StateDir, "probe")); why != "" {
+	} else if why := ProbeIDMappedLayers(guestBin, filepath.Join(cfg.StateDir, "probe")); why != "" {
 		r.caps.Missing["idmapped_layers"] = why
 	} else {
 		r.caps.IDMappedLayers = true

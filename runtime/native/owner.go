@@ -96,13 +96,13 @@ func bootSocket() (daemon, guest *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "bootstrap"), os.NewFile(uintptr(fds[1]), "bootstrap"), nil
 }
 
-// probeIDMappedLayers says why this host cannot build a sandbox's root from
+// ProbeIDMappedLayers says why this host cannot build a sandbox's root from
 // idmapped layers, or "" when it can. It idmaps a layer holding one
 // root-owned file through the user namespace of `guest --probe-layers`,
 // which mounts a root on it as a boot would and writes the file (a copy-up):
 // what fails depends on the kernel (idmapped mounts came in Linux 5.12, an
 // overlay on them in 5.19) and on the state dir's file system.
-func probeIDMappedLayers(guestBin, dir string) string {
+func ProbeIDMappedLayers(guestBin, dir string) string {
 	why, err := probeLayers(guestBin, dir)
 	if err != nil {
 		return "the probe of idmapped layers failed: " + err.Error()
