@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berthsh/berth/internal/guestbin"
+	"github.com/berthsh/berth/runtime"
 )
 
 // Status is a check's verdict.
@@ -148,16 +149,23 @@ func run(ctx context.Context, o Options, requiredOnly bool) []Result {
 }
 
 // guestBinary returns the binary sandboxes run as init, as the daemon picks
-// it: the configured one, else the embedded lean guest (written into tmp,
-// which the caller removes), else this executable.
+// it (the configured one, else the embedded lean guest, else this
+// executable), copied into tmp as the runtimes copy it into their state
+// dir: sandboxes' uids must reach it wherever berth itself lives.
 func guestBinary(o *Options, tmp string) (string, error) {
-	if o.GuestBinary != "" {
-		return o.GuestBinary, nil
+	dir := filepath.Join(tmp, "bin")
+	if o.GuestBinary == "" && guestbin.Embedded() {
+		return guestbin.Install(dir)
 	}
-	if guestbin.Embedded() {
-		return guestbin.Install(filepath.Join(tmp, "bin"))
+	src := o.GuestBinary
+	if src == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		src = exe
 	}
-	return os.Executable()
+	return runtime.InstallGuest(src, dir)
 }
 
 // scratchDir makes a private directory for a check's probe: in the state

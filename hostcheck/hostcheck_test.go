@@ -1,0 +1,126 @@
+package hostcheck
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/berthsh/berth/internal/testutil"
+)
+
+// On this host (as root, as CI runs), every check runs, says what it
+// found, and gives a fix for what is not ok; the checks every create needs
+// pass, or no test of berth could.
+func TestAllChecksRunOnThisHost(t *testing.T) {
+	testutil.RequireRoot(t)
+	// The guest is a built berth, as in a daemon (this test binary is none).
+	o := Options{StateDir: filepath.Join(testutil.StateDir(t), "state"), Runsc: os.Getenv("BERTH_RUNSC"), GuestBinary: testutil.Berth(t)}
+	rs := All(context.Background(), o)
+	var names []string
+	for _, r := range rs {
+		names = append(names, r.Name)
+		t.Logf("%-16s %-4s %s", r.Name, r.Status, r.Detail)
+		if r.Detail == "" {
+			t.Errorf("%s: no detail", r.Name)
+		}
+		switch r.Status {
+		case OK:
+			if r.Fix != "" {
+				t.Errorf("%s: ok with a fix %q", r.Name, r.Fix)
+			}
+		case Warn, Fail:
+			if r.Fix == "" {
+				t.Errorf("%s: %s without a fix", r.Name, r.Status)
+			}
+		default:
+			t.Errorf("%s: status %q", r.Name, r.Status)
+		}
+		if r.Required && r.Status != OK {
+			t.Errorf("%s: every create needs it, and it is %s on this host: %s", r.Name, r.Status, r.Detail)
+		}
+	}
+	if !slices.Equal(names, Names()) {
+		t.Errorf("checks run %v, want %v", names, Names())
+	}
+	for _, r := range rs {
+		// runsc is there wherever the test suite runs (make test-go makes it).
+		if r.Name == "runsc" && o.Runsc != "" && r.Status != OK {
+			t.Errorf("runsc %s: %s", o.Runsc, r.Detail)
+		}
+	}
+	if _, err := os.Stat(o.StateDir); err == nil {
+		t.Errorf("the checks made the state dir %s", o.StateDir)
+	}
+}
+
+// A state dir under a parent that others cannot search fails, naming the
+// parent and the chmod that fixes it, in doctor's checks and at start-up.
+func TestUnsearchableStateDirParentFails(t *testing.T) {
+	testutil.RequireRoot(t)
+	parent := filepath.Join(testutil.StateDir(t), "private")
+	if err := os.Mkdir(parent, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{StateDir: filepath.Join(parent, "state")}
+	for _, rs := range [][]Result{All(context.Background(), o), Startup(context.Background(), o)} {
+		var found bool
+		for _, r := range Failed(rs) {
+			if r.Name != "state_dir" {
+				continue
+			}
+			found = true
+			if !r.Required || !strings.Contains(r.Detail, parent) || r.Fix != "chmod o+x "+parent+" (or pick another --state-dir)" {
+				t.Errorf("state_dir: %+v", r)
+			}
+		}
+		if !found {
+			t.Errorf("no state_dir failure in %+v", rs)
+		}
+	}
+	if err := os.Chmod(parent, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if failed := Failed(Startup(context.Background(), o)); len(failed) > 0 {
+		t.Errorf("after chmod o+x: %v", failed)
+	}
+}
+
+// Serve's flags that turn a feature off turn its check into a warning that
+// says so, and seccomp is then not required.
+func TestTurnedOffFeaturesWarn(t *testing.T) {
+	testutil.RequireRoot(t)
+	o := Options{StateDir: testutil.StateDir(t), NoSeccomp: true, NoIDMappedLayers: true}
+	rs := All(context.Background(), o)
+	for _, r := range rs {
+		switch r.Name {
+		case "seccomp", "idmapped_mounts":
+			if r.Status != Warn || !strings.Contains(r.Detail, "turned off") || r.Required {
+				t.Errorf("%s: %+v", r.Name, r)
+			}
+		}
+	}
+	for _, r := range Startup(context.Background(), o) {
+		if r.Name == "seccomp" {
+			t.Errorf("start-up checks seccomp although --no-seccomp: %+v", r)
+		}
+	}
+}
+
+func TestStartupRunsOnlyRequiredChecks(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, r := range Startup(context.Background(), Options{StateDir: testutil.StateDir(t)}) {
+		if !r.Required {
+			t.Errorf("start-up ran optional check %s", r.Name)
+		}
+	}
+}
+
+func TestErrorNamesCheckAndFix(t *testing.T) {
+	r := Result{Name: "static_binary", Status: Fail, Detail: "linked with cgo", Fix: "CGO_ENABLED=0"}
+	if got := r.Error(); got != "static_binary: linked with cgo; fix: CGO_ENABLED=0" {
+		t.Errorf("Error() = %q", got)
+	}
+}
