@@ -20,6 +20,9 @@ const (
 	DefaultMaxOutputBytes = 100 << 10
 	// MaxOutputBytesLimit is the most a caller may ask for.
 	MaxOutputBytesLimit = 4 << 20
+	// MaxExecTimeoutS is the longest timeout a caller may give, in seconds
+	// (7 days; larger ones would wrap once turned into a duration).
+	MaxExecTimeoutS = 7 * 24 * 3600
 )
 
 type executeInput struct {
@@ -62,6 +65,7 @@ func (b *backend) addExecTool(s *mcp.Server) {
 		describeSandboxID(s)
 		s.Properties["command"].MinLength = ptr(1)
 		s.Properties["timeout"].Minimum = ptr(0.0)
+		s.Properties["timeout"].Maximum = ptr(float64(MaxExecTimeoutS))
 		s.Properties["max_output_bytes"].Minimum = ptr(0.0)
 		s.Properties["max_output_bytes"].Maximum = ptr(float64(MaxOutputBytesLimit))
 	}, b.execute)
@@ -69,6 +73,9 @@ func (b *backend) addExecTool(s *mcp.Server) {
 
 func (b *backend) execute(ctx context.Context, in executeInput) (executeOutput, string, error) {
 	timeout := DefaultExecTimeout
+	if in.Timeout > MaxExecTimeoutS {
+		return executeOutput{}, "", invalid("timeout", "%d seconds is more than the %d (7 days) a command may run", in.Timeout, MaxExecTimeoutS)
+	}
 	if in.Timeout > 0 {
 		timeout = time.Duration(in.Timeout) * time.Second
 	}

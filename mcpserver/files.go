@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -481,9 +482,19 @@ func (b *backend) fetch(ctx context.Context, id, p string) (string, []byte, erro
 		return "", nil, errdefs.New(errdefs.TooLarge, "%s has %d bytes, more than the %d that can be sent whole here: read_file pages through text, and execute can split a file (split, head -c)",
 			fi.Path, fi.Size, MaxDownloadBytes)
 	}
-	data, err := b.c.ReadFile(ctx, id, fi.Path)
+	// The sandbox may swap the path for a larger file between the stat and
+	// the read: the read itself is bounded too.
+	rc, err := b.c.Download(ctx, id, fi.Path, client.FileOptions{})
 	if err != nil {
 		return "", nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, MaxDownloadBytes+1))
+	if err != nil {
+		return "", nil, err
+	}
+	if len(data) > MaxDownloadBytes {
+		return "", nil, errdefs.New(errdefs.TooLarge, "%s grew past the %d bytes that can be sent whole here while it was read", fi.Path, MaxDownloadBytes)
 	}
 	return fi.Path, data, nil
 }

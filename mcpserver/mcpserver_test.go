@@ -349,6 +349,11 @@ func runSuite(t *testing.T, s *mcp.ClientSession, d *daemon) {
 	if msg := toolError(t, s, "create_sandbox", map[string]any{"network": "allowlist", "allow": []string{"not a domain!"}}); !strings.Contains(msg, "invalid_argument") {
 		t.Errorf("create_sandbox with a bad allow entry: %q", msg)
 	}
+	// 2^44 MiB would wrap to 0 bytes (the daemon's default: no limit) once
+	// shifted: refused, naming the argument.
+	if msg := toolError(t, s, "create_sandbox", map[string]any{"memory_mb": int64(1) << 44}); !strings.Contains(msg, "memory_mb") {
+		t.Errorf("create_sandbox with a wrapping memory_mb: %q", msg)
+	}
 
 	t.Run("execute", func(t *testing.T) {
 		res := call(t, s, "execute", map[string]any{"sandbox_id": id, "command": "echo hello; echo oops >&2; exit 3"})
@@ -562,6 +567,8 @@ func runSuite(t *testing.T, s *mcp.ClientSession, d *daemon) {
 		protocolError(t, s, "execute", map[string]any{"command": "true"}, jsonrpc.CodeInvalidParams, "sandbox_id")
 		protocolError(t, s, "execute", map[string]any{"sandbox_id": id, "command": "true", "timeout": "soon"}, jsonrpc.CodeInvalidParams, "timeout")
 		protocolError(t, s, "execute", map[string]any{"sandbox_id": id, "command": "true", "timeout": -1}, jsonrpc.CodeInvalidParams, "timeout")
+		// A timeout that would wrap to 290 ms once made a duration.
+		protocolError(t, s, "execute", map[string]any{"sandbox_id": id, "command": "true", "timeout": int64(18446744074)}, jsonrpc.CodeInvalidParams, "timeout")
 		protocolError(t, s, "execute", map[string]any{"sandbox_id": id, "command": "true", "bogus": 1}, jsonrpc.CodeInvalidParams, "bogus")
 		protocolError(t, s, "execute", map[string]any{"sandbox_id": "", "command": "true"}, jsonrpc.CodeInvalidParams, "sandbox_id")
 		protocolError(t, s, "read_file", map[string]any{"sandbox_id": id, "path": 7}, jsonrpc.CodeInvalidParams, "path")

@@ -33,6 +33,9 @@ type createInput struct {
 	IdleTimeoutS int64             `json:"idle_timeout_s,omitempty" jsonschema:"Stop the sandbox after this many seconds without activity (its files are kept; 0 or absent: the daemon's default)."`
 }
 
+// maxMiB bounds memory_mb and disk_mb (1 EiB), below where MiB → bytes wraps.
+const maxMiB = 1 << 40
+
 func (in createInput) request() (api.CreateSandboxRequest, error) {
 	req := api.CreateSandboxRequest{Image: in.Image, Runtime: in.Runtime, Env: in.Env, Workdir: in.Workdir, Labels: in.Labels,
 		Limits: api.Limits{MemoryBytes: in.MemoryMB << 20, CPUs: in.CPUs, Pids: in.Pids, DiskBytes: in.DiskMB << 20}}
@@ -42,6 +45,15 @@ func (in createInput) request() (api.CreateSandboxRequest, error) {
 	}{{"memory_mb", float64(in.MemoryMB)}, {"cpus", in.CPUs}, {"pids", float64(in.Pids)}, {"disk_mb", float64(in.DiskMB)}, {"idle_timeout_s", float64(in.IdleTimeoutS)}} {
 		if x.v < 0 {
 			return req, invalid(x.name, "%g is negative", x.v)
+		}
+	}
+	// MiB counts are shifted into bytes: beyond 2^40 MiB they would wrap.
+	for _, x := range []struct {
+		name string
+		v    int64
+	}{{"memory_mb", in.MemoryMB}, {"disk_mb", in.DiskMB}} {
+		if x.v > maxMiB {
+			return req, invalid(x.name, "%d MiB is more than any host has (at most %d)", x.v, int64(maxMiB))
 		}
 	}
 	if in.Network != "" || len(in.Allow) > 0 {
