@@ -136,16 +136,40 @@ function isApiError(v: unknown): v is ApiError {
   return typeof v === "object" && v !== null && typeof (v as ApiError).message === "string";
 }
 
-/** The error of an error answer: its status and decoded JSON body (anything
- * else, such as a proxy's HTML page, gives the class of the status). */
-export function errorFor(status: number, body: unknown): BerthError {
+/** How much of an error answer that is not berth's JSON its message keeps. */
+export const MAX_ERROR_TEXT = 1024;
+
+/** The error of an error answer: its status and decoded JSON body. Anything
+ * else, such as a proxy's HTML page, gives the class of the status and the
+ * message "HTTP <status>: <text>", the answer's text (`text`) trimmed and cut
+ * at MAX_ERROR_TEXT characters, or the status's name when it has none. */
+export function errorFor(status: number, body: unknown, text?: string): BerthError {
   const err = typeof body === "object" && body !== null ? (body as { error?: unknown }).error : undefined;
   if (isApiError(err)) {
     return errorFromApi(err, status);
   }
   const cls = BY_STATUS[status] ?? InternalError;
-  return new cls(`HTTP ${status}`, { status });
+  let said = (text ?? "").trim();
+  if (said.length > MAX_ERROR_TEXT) said = said.slice(0, MAX_ERROR_TEXT) + "…";
+  said ||= STATUS_TEXT[status] ?? "";
+  return new cls(said ? `HTTP ${status}: ${said}` : `HTTP ${status}`, { status });
 }
+
+const STATUS_TEXT: Record<number, string> = {
+  400: "Bad Request",
+  401: "Unauthorized",
+  403: "Forbidden",
+  404: "Not Found",
+  405: "Method Not Allowed",
+  409: "Conflict",
+  413: "Payload Too Large",
+  429: "Too Many Requests",
+  500: "Internal Server Error",
+  501: "Not Implemented",
+  502: "Bad Gateway",
+  503: "Service Unavailable",
+  504: "Gateway Timeout",
+};
 
 /** The error of a daemon's error object (an answer's, a batch result's, an event's). */
 export function errorFromApi(err: ApiError, status?: number): BerthError {

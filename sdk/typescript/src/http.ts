@@ -96,6 +96,21 @@ export async function readAll(res: AsyncIterable<Buffer | string>): Promise<Buff
   return Buffer.concat(chunks);
 }
 
+/** The most of an error answer that is read. */
+export const MAX_ERROR_BODY = 1 << 20;
+
+/** Reads a response up to max bytes (the rest is left unread). */
+export async function readAtMost(res: AsyncIterable<Buffer>, max: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of res) {
+    chunks.push(c.subarray(0, max - n));
+    n += Math.min(c.length, max - n);
+    if (n >= max) break;
+  }
+  return Buffer.concat(chunks);
+}
+
 export function asBytes(b: Buffer): Uint8Array {
   return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
 }
@@ -225,14 +240,17 @@ export class Transport {
       }
     });
     if (res.statusCode !== undefined && res.statusCode >= 200 && res.statusCode < 300) return res;
-    const raw = await readAll(this.read(res));
+    // At most 1 MiB of an error answer is read (as the Go client reads).
+    const raw = await readAtMost(this.read(res), MAX_ERROR_BODY);
+    if (!res.complete) res.destroy();
+    const text = raw.toString("utf8");
     let parsed: unknown;
     try {
-      parsed = JSON.parse(raw.toString("utf8"));
+      parsed = JSON.parse(text);
     } catch {
       parsed = undefined;
     }
-    throw errorFor(res.statusCode ?? 0, parsed);
+    throw errorFor(res.statusCode ?? 0, parsed, text);
   }
 
   /** Sends a call and returns its JSON answer (undefined for an empty one). */

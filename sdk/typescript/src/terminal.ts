@@ -20,7 +20,7 @@ import {
   errorFor,
   errorFromApi,
 } from "./errors.js";
-import { type Transport, queryString, type Query, readAll } from "./http.js";
+import { type Transport, queryString, type Query, MAX_ERROR_BODY, readAtMost } from "./http.js";
 import { ExecResult, type TTY, b64decode } from "./types.js";
 
 // The largest message the daemon sends is a 1 MiB frame of output, as
@@ -142,15 +142,16 @@ export class Terminal implements AsyncIterable<TerminalEvent> {
       const onOpen = () => done();
       const onError = (e: Error) => done(t.unreachable(e));
       const onResponse = (_req: unknown, res: IncomingMessage) => {
-        readAll(res).then(
+        readAtMost(res, MAX_ERROR_BODY).then(
           (raw) => {
+            const text = raw.toString("utf8");
             let body: unknown;
             try {
-              body = JSON.parse(raw.toString("utf8"));
+              body = JSON.parse(text);
             } catch {
               body = undefined;
             }
-            done(errorFor(res.statusCode ?? 0, body));
+            done(errorFor(res.statusCode ?? 0, body, text));
             this.ws.terminate();
           },
           (e) => done(t.unreachable(e)),

@@ -32,6 +32,14 @@ before(async () => {
       res.writeHead(502, { 'Content-Type': 'text/html' })
       return res.end('<html>bad gateway</html>')
     }
+    if (path.endsWith('/v1/sandboxes/sb-long')) {
+      res.writeHead(500, { 'Content-Type': 'text/plain' })
+      return res.end('  ' + 'y'.repeat(5000) + '\n')
+    }
+    if (path.endsWith('/v1/sandboxes/sb-empty')) {
+      res.writeHead(503)
+      return res.end()
+    }
     if (path.endsWith('/v1/sandboxes/sb-gone')) {
       res.writeHead(404, { 'Content-Type': 'application/json' })
       return res.end(JSON.stringify({ error: { class: 'not_found', message: 'sandbox "sb-gone" not found', reason: 'sandbox_gone' } }))
@@ -97,7 +105,10 @@ test('a call with no answer within timeoutMs is DeadlineExceeded naming the URL'
 
 test('answers that are not berth JSON, and classes this SDK does not know', async () => {
   const c = new Berth({ url: base })
-  await assert.rejects(c.get('sb-html'), (e) => e instanceof Unavailable && !(e instanceof DaemonUnreachable) && e.status === 502 && e.message === 'HTTP 502')
+  await assert.rejects(c.get('sb-html'), (e) => e instanceof Unavailable && !(e instanceof DaemonUnreachable) && e.status === 502 && e.message === 'HTTP 502: <html>bad gateway</html>')
+  // The body's text is kept, trimmed and cut at 1 KiB (as the Go client keeps it).
+  await assert.rejects(c.get('sb-long'), (e) => e instanceof InternalError && e.status === 500 && e.message.startsWith('HTTP 500: yyy') && e.message.length < 1100 && e.message.endsWith('…'))
+  await assert.rejects(c.get('sb-empty'), (e) => e instanceof Unavailable && e.status === 503 && e.message === 'HTTP 503: Service Unavailable')
   await assert.rejects(c.get('sb-gone'), (e) => e instanceof NotFound && e.reason === 'sandbox_gone' && e.message === 'sandbox "sb-gone" not found')
   await assert.rejects(c.get('sb-odd'), (e) => e instanceof InternalError && e.status === 418 && e.details.class === 'from_the_future')
   c.close()
