@@ -158,3 +158,25 @@ def test_deepagents_code_finds_berth_as_a_sandbox_provider(sync_client: Berth) -
     provider.delete(sandbox_id=backend.id)  # already gone: not an error
     with pytest.raises(NotFound):
         sync_client.get(backend.id)
+
+
+def test_artifact_dir_that_is_a_link_is_refused(sync_client: Berth) -> None:
+    """A /large_tool_results that is a symbolic link to /etc (made by root in
+    the sandbox, or shipped in an image) is not followed: the write fails and
+    /etc stays root's."""
+    with sync_client.create() as sb:
+        assert sb.exec("ln -s /etc /large_tool_results", user="root").ok
+        res = BerthSandbox(sandbox=sb).write("/large_tool_results/call_1", "x")
+        assert res.error is not None
+        assert sb.exec("stat -c %U /etc").stdout.strip() == "root"
+
+
+def test_binary_read_is_bounded_while_it_downloads(sync_client: Berth) -> None:
+    """read() of a binary file bounds the download itself, not only the stat:
+    a sparse 1 GiB file is refused without bringing 1 GiB over."""
+    with sync_client.create() as sb:
+        sb.exec("truncate -s 1G /home/user/huge.png")
+        backend = BerthSandbox(sandbox=sb)
+        assert backend._download_at_most("/home/user/huge.png", 500 * 1024) is None
+        res = backend.read("/home/user/huge.png")
+        assert res.error is not None and "exceeds maximum preview size" in res.error

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import posixpath
 from collections.abc import Callable
@@ -327,8 +328,21 @@ class BerthSandbox(BaseSandbox):
     def _read_binary(self, file_path: str, size: int) -> ReadResult:
         if size > _MAX_BINARY_BYTES:
             return ReadResult(error=f"File '{file_path}': Binary file exceeds maximum preview size of {_MAX_BINARY_BYTES} bytes")
-        raw = self._call(lambda: self._sb.download(file_path))
+        raw = self._call(lambda: self._download_at_most(file_path, _MAX_BINARY_BYTES))
+        if raw is None:  # it grew after the stat: the sandbox's files are its own to change
+            return ReadResult(error=f"File '{file_path}': Binary file exceeds maximum preview size of {_MAX_BINARY_BYTES} bytes")
         return ReadResult(file_data=FileData(content=base64.b64encode(raw).decode("ascii"), encoding="base64"))
+
+    def _download_at_most(self, path: str, cap: int) -> bytes | None:
+        """The file's bytes, or None as soon as more than ``cap`` arrive (never
+        holding more than one chunk past it)."""
+        buf = bytearray()
+        with contextlib.closing(self._sb.download_stream(path, chunk_size=64 << 10)) as chunks:
+            for chunk in chunks:
+                buf += chunk
+                if len(buf) > cap:
+                    return None
+        return bytes(buf)
 
     def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
         """A page of a text file (as BaseSandbox.read: raw lines, 500 KiB cap),
@@ -410,7 +424,11 @@ class BerthSandbox(BaseSandbox):
         """Make ``d`` (at the root, where the sandbox's user may not write) as
         root, owned by that user, so that deepagents can keep its files there."""
         owner = str(self._sb.info.raw.get("user") or "user")
-        r = self._sb.exec(["/bin/sh", "-c", 'mkdir -p -- "$1" && chown -- "$2" "$1"', "sh", d, owner], user="root", timeout=30)
+        # A link there (made by root in the sandbox, or shipped in an image)
+        # is refused, and chown -h never follows one: root would otherwise
+        # give the link's target (/etc) to the sandbox's user.
+        script = '[ -L "$1" ] && { echo "$1 is a symbolic link" >&2; exit 1; }; mkdir -p -- "$1" && chown -h -- "$2" "$1"'
+        r = self._sb.exec(["/bin/sh", "-c", script, "sh", d, owner], user="root", timeout=30)
         if not r.ok:
             raise PermissionDenied(f"making {d} for {owner}: {r.stderr.strip() or r.exit_code}")
         self._artifacts_made.add(d)
