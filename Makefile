@@ -9,7 +9,7 @@ STATE   ?= /var/lib/berth
 LISTEN  ?= 127.0.0.1:7680
 PKGS    := ./...
 
-.PHONY: build runsc run install test test-go test-python test-typescript test-e2b test-deps vet bench bench-deps bench-go fuzz clean
+.PHONY: build runsc run install install-bin test test-go test-python test-typescript test-e2b test-deps vet bench bench-deps bench-go fuzz clean
 
 build:
 	$(GO) build -trimpath -o $(GUEST) ./cmd/berth-guest
@@ -22,13 +22,31 @@ runsc:
 	@mkdir -p bin
 	ln -sfn "$$(./scripts/runsc.sh)" bin/runsc
 
-# The binary is installed on PATH so that `berth run -- echo hello` works from
-# any shell once the daemon is up.
-install: build
-	install -m 0755 $(BIN) /usr/local/bin/berth
+# install-bin puts the binary on PATH so that `berth run -- echo hello` works
+# from any shell once the daemon is up (make run uses it). install adds the
+# systemd unit (its ExecStart pointing at the installed binary) and the
+# example config, all commented out, which it never writes over an existing
+# one (docs/operate.md). DESTDIR stages the whole tree elsewhere.
+PREFIX  ?= /usr/local
+UNITDIR ?= /lib/systemd/system
+CONFDIR ?= /etc/berth
 
-run: install runsc
-	exec /usr/local/bin/berth serve --state-dir $(STATE) --listen $(LISTEN) --runsc $(CURDIR)/bin/runsc
+install-bin: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/berth
+
+install: install-bin
+	install -d -m 0755 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(CONFDIR)
+	sed -e 's|/usr/local/bin/berth|$(PREFIX)/bin/berth|' -e 's|/etc/berth/config.yaml|$(CONFDIR)/config.yaml|' \
+		dist/systemd/berth.service > $(DESTDIR)$(UNITDIR)/berth.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/berth.service
+	@if [ -e $(DESTDIR)$(CONFDIR)/config.yaml ]; then \
+		echo "$(DESTDIR)$(CONFDIR)/config.yaml exists: kept (the example is dist/berth/config.yaml)"; \
+	else \
+		install -m 0644 dist/berth/config.yaml $(DESTDIR)$(CONFDIR)/config.yaml; \
+	fi
+
+run: install-bin runsc
+	exec $(PREFIX)/bin/berth serve --state-dir $(STATE) --listen $(LISTEN) --runsc $(CURDIR)/bin/runsc
 
 vet:
 	$(GO) vet $(PKGS)

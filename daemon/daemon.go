@@ -246,19 +246,29 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	return d, nil
 }
 
+// HostError is a start refused because checks that every create needs
+// failed on this host.
+type HostError struct {
+	Failed []hostcheck.Result
+}
+
+func (e *HostError) Error() string {
+	msgs := make([]string, len(e.Failed))
+	for i, r := range e.Failed {
+		msgs[i] = r.Error()
+	}
+	return "this host cannot run sandboxes (berth doctor checks it all):\n  " + strings.Join(msgs, "\n  ")
+}
+
 // checkHost runs berth doctor's checks that every create needs, and refuses
-// to start, with each failure's fix, where one fails.
+// to start, with each failure's fix, where one fails (a *HostError).
 func checkHost(ctx context.Context, cfg Config) error {
 	failed := hostcheck.Failed(hostcheck.Startup(ctx, hostcheck.Options{StateDir: cfg.StateDir, GuestBinary: cfg.GuestBinary,
 		NoSeccomp: cfg.Native.NoSeccomp, CgroupRoot: cfg.Native.CgroupRoot}))
 	if len(failed) == 0 {
 		return nil
 	}
-	msgs := make([]string, len(failed))
-	for i, r := range failed {
-		msgs[i] = r.Error()
-	}
-	return fmt.Errorf("this host cannot run sandboxes (berth doctor checks it all):\n  %s", strings.Join(msgs, "\n  "))
+	return &HostError{Failed: failed}
 }
 
 // Close releases the daemon's resources in reverse order. Sandboxes keep running.

@@ -135,7 +135,7 @@ func TestUnsearchableStateDirRefused(t *testing.T) {
 		t.Errorf("doctor exit %d, ok %v, fix %q", code, r.OK, fix)
 	}
 	out, stderr, code := runBerth(t, bin, "serve", "--state-dir", state, "--listen", freeAddr(t), "--warm-pool", "0")
-	if code == 0 || !strings.Contains(stderr, "state_dir") || !strings.Contains(stderr, fix) || strings.Contains(stderr+out, "berth ready") {
+	if code != 78 || !strings.Contains(stderr, "state_dir") || !strings.Contains(stderr, fix) || strings.Contains(stderr+out, "berth ready") {
 		t.Errorf("serve exit %d:\n%s%s", code, out, stderr)
 	}
 	if _, err := os.Stat(state); err == nil {
@@ -171,7 +171,7 @@ func TestCgoBuiltBerthRefusesToServe(t *testing.T) {
 	start := time.Now()
 	out, stderr, code := runBerth(t, bin, "serve", "--state-dir", state, "--listen", freeAddr(t), "--warm-pool", "0")
 	took := time.Since(start)
-	if code == 0 || !strings.Contains(stderr, "static_binary") || !strings.Contains(stderr, "linked with cgo") ||
+	if code != 78 || !strings.Contains(stderr, "static_binary") || !strings.Contains(stderr, "linked with cgo") ||
 		!strings.Contains(stderr, "CGO_ENABLED=0") || strings.Contains(out+stderr, "berth ready") {
 		t.Errorf("serve of a cgo build: exit %d\n%s%s", code, out, stderr)
 	}
@@ -224,7 +224,7 @@ func TestServeConfigFile(t *testing.T) {
 	bad := filepath.Join(state, "bad.yaml")
 	os.WriteFile(bad, []byte("listen: 127.0.0.1:1\nwarm-pools: 3\n"), 0o644)
 	_, stderr, code = runBerth(t, bin, "serve", "--config", bad)
-	if code == 0 || !strings.Contains(stderr, bad+":2:") || !strings.Contains(stderr, `unknown key "warm-pools"`) {
+	if code != 78 || !strings.Contains(stderr, bad+":2:") || !strings.Contains(stderr, `unknown key "warm-pools"`) {
 		t.Errorf("unknown key: exit %d: %s", code, stderr)
 	}
 	_, stderr, code = runBerth(t, bin, "serve", "--config", filepath.Join(state, "absent.yaml"))
@@ -287,5 +287,110 @@ func waitHealthy(t *testing.T, c *client.Client, log *syncBuffer) {
 			t.Fatalf("daemon did not become ready: %v\n%s", err, log.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// make install DESTDIR=… lays out the binary, the systemd unit (ExecStart
+// at the installed binary, valid to systemd-analyze verify) and the example
+// config, which a second install keeps once the user changed it; make run
+// still installs the binary alone and serves as before.
+func TestMakeInstall(t *testing.T) {
+	testutil.RequireProgram(t, "make")
+	bin := testutil.Berth(t)
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := t.TempDir()
+	install := func(vars ...string) string {
+		t.Helper()
+		// -o build: install the berth under test, never rebuild the tree's.
+		args := append([]string{"-C", root, "-o", "build", "install", "DESTDIR=" + dest, "BIN=" + bin}, vars...)
+		cmd := exec.Command("make", args...)
+		cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=") // not the outer make's jobs or -n
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	install()
+	for path, mode := range map[string]os.FileMode{
+		"usr/local/bin/berth":              0o755,
+		"lib/systemd/system/berth.service": 0o644,
+		"etc/berth/config.yaml":            0o644,
+	} {
+		fi, err := os.Stat(filepath.Join(dest, path))
+		if err != nil {
+			t.Errorf("make install: %v", err)
+			continue
+		}
+		if fi.Mode().Perm() != mode {
+			t.Errorf("%s: mode %o, want %o", path, fi.Mode().Perm(), mode)
+		}
+	}
+	example, _ := os.ReadFile(filepath.Join(root, "dist", "berth", "config.yaml"))
+	if got, _ := os.ReadFile(filepath.Join(dest, "etc/berth/config.yaml")); !bytes.Equal(got, example) {
+		t.Error("the installed config is not dist/berth/config.yaml")
+	}
+	unit, err := os.ReadFile(filepath.Join(dest, "lib/systemd/system/berth.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"Type=notify", "ExecStart=/usr/local/bin/berth serve --config /etc/berth/config.yaml",
+		"KillMode=process", "Restart=on-failure", "RestartPreventExitStatus=78", "WantedBy=multi-user.target"} {
+		if !strings.Contains(string(unit), "\n"+line+"\n") {
+			t.Errorf("the unit lacks %q", line)
+		}
+	}
+	// systemd-analyze verify (the unit's ExecStart must exist: the staged one).
+	if _, err := exec.LookPath("systemd-analyze"); err == nil || os.Getenv("CI") == "true" {
+		staged := filepath.Join(t.TempDir(), "berth.service")
+		text := strings.ReplaceAll(string(unit), "/usr/local/bin/berth", filepath.Join(dest, "usr/local/bin/berth"))
+		if err := os.WriteFile(staged, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("systemd-analyze", "verify", staged)
+		cmd.Dir = filepath.Dir(staged)
+		out, err := cmd.CombinedOutput()
+		if err != nil || len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+		}
+	} else {
+		t.Log("no systemd-analyze here: the unit's keys were checked, not verified by systemd")
+	}
+
+	// A config the user changed stays; PREFIX moves the binary and ExecStart.
+	mine := []byte("listen: 127.0.0.1:7777\n")
+	os.WriteFile(filepath.Join(dest, "etc/berth/config.yaml"), mine, 0o600)
+	out := install("PREFIX=/opt/berth")
+	if got, _ := os.ReadFile(filepath.Join(dest, "etc/berth/config.yaml")); !bytes.Equal(got, mine) {
+		t.Errorf("make install wrote over the user's config:\n%s", out)
+	}
+	if !strings.Contains(out, "exists: kept") {
+		t.Errorf("make install does not say it kept the config:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dest, "opt/berth/bin/berth")); err != nil {
+		t.Error(err)
+	}
+	if unit, _ := os.ReadFile(filepath.Join(dest, "lib/systemd/system/berth.service")); !strings.Contains(string(unit), "\nExecStart=/opt/berth/bin/berth serve") {
+		t.Errorf("PREFIX=/opt/berth: the unit's ExecStart is not moved:\n%s", unit)
+	}
+
+	// make run: the binary on PATH, then serve as the README says.
+	dry := exec.Command("make", "-C", root, "-n", "-o", "build", "-o", "runsc", "run")
+	dry.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=")
+	runOut, err := dry.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n run: %v\n%s", err, runOut)
+	}
+	for _, want := range []string{"install -D -m 0755 bin/berth /usr/local/bin/berth\n",
+		"exec /usr/local/bin/berth serve --state-dir /var/lib/berth --listen 127.0.0.1:7680 --runsc " + root + "/bin/runsc\n"} {
+		if !strings.Contains(string(runOut), want) {
+			t.Errorf("make run does not do %q:\n%s", want, runOut)
+		}
+	}
+	if strings.Contains(string(runOut), "systemd") || strings.Contains(string(runOut), "/etc/berth") {
+		t.Errorf("make run installs more than the binary:\n%s", runOut)
 	}
 }

@@ -50,9 +50,24 @@ func main() {
 			os.Exit(exit.Code)
 		}
 		fmt.Fprintln(os.Stderr, "berth:", err)
+		var host *daemon.HostError
+		var conf *configError
+		if errors.As(err, &host) || errors.As(err, &conf) {
+			// EX_CONFIG: the systemd unit does not restart on it.
+			os.Exit(exitConfig)
+		}
 		os.Exit(1)
 	}
 }
+
+// exitConfig (78, EX_CONFIG in sysexits.h) is serve's exit status when the
+// host or the configuration cannot work: restarting will not help.
+const exitConfig = 78
+
+// configError is a config file or setting that cannot work.
+type configError struct{ error }
+
+func (e *configError) Unwrap() error { return e.error }
 
 func serveCommand() *cobra.Command {
 	var cfg config.Config
@@ -78,7 +93,7 @@ func serveCommand() *cobra.Command {
 			}
 			dcfg, err := cfg.Daemon()
 			if err != nil {
-				return err
+				return &configError{err}
 			}
 			// Whatever started the daemon may have left descriptors open;
 			// none of them may reach a sandbox.
@@ -117,7 +132,7 @@ func doctorCommand() *cobra.Command {
 		addConfigFlag(cmd)
 		return func() (hostcheck.Options, error) {
 			if err := loadConfig(cmd); err != nil {
-				return hostcheck.Options{}, err
+				return hostcheck.Options{}, errors.Unwrap(err) // doctor exits 1, not serve's 78
 			}
 			return cfg.HostCheck(), nil
 		}
@@ -131,8 +146,11 @@ func addConfigFlag(cmd *cobra.Command) {
 // loadConfig applies the config file, if any, under cmd's flags.
 func loadConfig(cmd *cobra.Command) error {
 	path, err := config.Path(cmd.Flags())
-	if err != nil || path == "" {
-		return err
+	if err == nil && path != "" {
+		err = config.Load(path, cmd.Flags())
 	}
-	return config.Load(path, cmd.Flags())
+	if err != nil {
+		return &configError{err}
+	}
+	return nil
 }
