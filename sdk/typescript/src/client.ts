@@ -985,6 +985,11 @@ export class Berth {
     this.transport = new Transport(ep, opts.apiKey ?? process.env.BERTH_API_KEY, opts.timeoutMs ?? 300_000);
   }
 
+  /** JSON.stringify(berth) gives its URL only (never the API key). */
+  toJSON(): { url: string } {
+    return { url: this.url };
+  }
+
   [Symbol.for("nodejs.util.inspect.custom")](): string {
     return `Berth { url: '${this.url}' }`;
   }

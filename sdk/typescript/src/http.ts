@@ -135,23 +135,40 @@ export async function* lines(res: AsyncIterable<Buffer | string>, keepEmpty = fa
 /** Sends calls to one daemon over a keep-alive agent. */
 export class Transport {
   readonly ep: Endpoint;
-  readonly headers: Record<string, string>;
   readonly timeoutMs: number;
-  private readonly agent: http.Agent;
-  private readonly mod: typeof http | typeof https;
+  // The API key is held where neither JSON.stringify nor util.inspect
+  // looks: a private field, and no object that holds it is enumerable.
+  readonly #authorization: string | undefined;
+  readonly #agent: http.Agent;
+  readonly #mod: typeof http | typeof https;
 
   constructor(ep: Endpoint, apiKey: string | undefined, timeoutMs: number) {
     this.ep = ep;
     this.timeoutMs = timeoutMs;
-    this.headers = { "User-Agent": USER_AGENT, "Accept-Encoding": "identity" };
-    if (apiKey) this.headers.Authorization = `Bearer ${apiKey}`;
+    this.#authorization = apiKey ? `Bearer ${apiKey}` : undefined;
     const tls = ep.origin.startsWith("https:");
-    this.mod = tls ? https : http;
-    this.agent = tls ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true });
+    this.#mod = tls ? https : http;
+    this.#agent = tls ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true });
+  }
+
+  /** The headers of every call (Authorization when there is an API key). */
+  get headers(): Record<string, string> {
+    const h: Record<string, string> = { "User-Agent": USER_AGENT, "Accept-Encoding": "identity" };
+    if (this.#authorization) h.Authorization = this.#authorization;
+    return h;
+  }
+
+  /** The URL only: never the API key. */
+  toJSON(): { url: string } {
+    return { url: this.ep.url };
+  }
+
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return `Transport { url: '${this.ep.url}' }`;
   }
 
   close(): void {
-    this.agent.destroy();
+    this.#agent.destroy();
   }
 
   unreachable(e: unknown): BerthError {
@@ -195,7 +212,7 @@ export class Transport {
       method: call.method,
       path: prefix + call.path + queryString(call.query),
       headers,
-      agent: this.agent,
+      agent: this.#agent,
       signal: call.signal,
     };
     if (this.ep.socketPath !== undefined) {
@@ -211,7 +228,7 @@ export class Transport {
         settled = true;
         reject(e);
       };
-      const req = this.mod.request(opts, (r) => {
+      const req = this.#mod.request(opts, (r) => {
         settled = true;
         resolve(r);
       });

@@ -156,3 +156,28 @@ test('every error class of api/openapi.yaml becomes its typed error, message and
     assert.notEqual(e.constructor, BerthError, `${cls} has no class of its own`)
   }
 })
+
+test('the API key shows in no JSON or inspection of the client, its transport or a sandbox', async () => {
+  const { inspect } = await import('node:util')
+  const key = 'k-secret-4c1d'
+  const c = new Berth({ url: base, apiKey: key })
+  const sb = new Sandbox(c, { ...info('sb-k'), raw: { id: 'sb-k', state: 'running' } })
+  const shown = [
+    JSON.stringify(c),
+    JSON.stringify({ client: c }),
+    JSON.stringify(c.transport),
+    JSON.stringify(sb),
+    JSON.stringify({ sb, berth: sb.berth }),
+    inspect(c, { depth: Infinity, showHidden: true }),
+    inspect(c.transport, { depth: Infinity, showHidden: true }),
+    inspect(sb, { depth: Infinity, showHidden: true }),
+    inspect({ sb }, { depth: Infinity, showHidden: true, customInspect: true }),
+  ]
+  for (const s of shown) assert.ok(!s.includes(key), s)
+  assert.deepEqual(JSON.parse(JSON.stringify(c)), { url: base })
+  assert.deepEqual(JSON.parse(JSON.stringify(sb)), { id: 'sb-k', state: 'running' })
+  // It still reaches the wire.
+  await c.version()
+  assert.equal(seen.at(-1).headers.authorization, `Bearer ${key}`)
+  c.close()
+})
