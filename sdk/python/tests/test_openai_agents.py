@@ -39,7 +39,7 @@ from agents.sandbox.snapshot import LocalSnapshotSpec, NoopSnapshot
 from agents.testing import ScriptedModel, assistant_message, function_call
 from openai.types.responses import ResponseCustomToolCall
 
-from berth import Berth, DaemonUnreachable, NotFound
+from berth import Berth, Conflict, DaemonUnreachable, InvalidArgument, NotFound
 from berth.openai_agents import (
     SESSION_LABEL,
     BerthSandboxClient,
@@ -303,6 +303,58 @@ async def test_a_sandbox_stopped_or_paused_meanwhile_comes_back(sbx: BerthSandbo
         outside.stop()
         update = await session.pty_exec_start("cat kept.txt", yield_time_s=2)
         assert update.output == b"kept" and update.exit_code == 0
+
+
+async def test_a_command_stopped_mid_run_is_not_run_again(sbx: BerthSandboxClient, bc: Berth) -> None:
+    # Stopped by another client while the command ran: the call fails, and the command
+    # (it had started) is not run a second time when the sandbox is brought back.
+    async with await sbx.create() as session:
+        outside = bc.get(_inner(session).sandbox_id)
+        run = asyncio.ensure_future(session.exec("echo ran >> /workspace/log; sleep 6; echo done"))
+        deadline = time.monotonic() + 10
+        while not (await asyncio.to_thread(outside.exec, "test -s /workspace/log")).ok:
+            assert time.monotonic() < deadline, "the command did not start"
+            await asyncio.sleep(0.1)
+        # Stopped with this loop held, so the exec's answer is read once the stop is done.
+        outside.stop()
+        with pytest.raises(ExecTransportError) as ei:
+            await run
+        assert ei.value.context["error_class"] == "conflict", ei.value
+        # The next call finds it stopped (refused before it ran) and starts it.
+        assert (await session.exec("wc -l < /workspace/log")).stdout.strip() == b"1"
+        assert outside.refresh().state == "running"
+
+
+async def test_a_pty_start_that_may_have_run_is_not_marked_retry_safe(
+    sbx: BerthSandboxClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A conflict without a reason (the sandbox stopped while the call ran) may come after the
+    # process started: neither _call nor the SDK's shell tool (retry_safe) may run it again.
+    async with await sbx.create() as session:
+        calls = 0
+
+        async def start_process(*args: Any, **kw: Any) -> int:
+            nonlocal calls
+            calls += 1
+            raise Conflict("sandbox sb-x was stopping while the call ran")
+
+        monkeypatch.setattr(_inner(session).sandbox, "start_process", start_process)
+        with pytest.raises(ExecTransportError) as ei:
+            await session.pty_exec_start("echo once >> log", yield_time_s=1)
+        assert calls == 1
+        assert ei.value.context.get("retry_safe") is not True
+        # Refused before it ran (its reason says so): the shell tool may fall back.
+        calls = 0
+
+        async def refused(*args: Any, **kw: Any) -> int:
+            nonlocal calls
+            calls += 1
+            raise InvalidArgument("cwd: no such directory")
+
+        monkeypatch.setattr(_inner(session).sandbox, "start_process", refused)
+        with pytest.raises(ExecTransportError) as ei:
+            await session.pty_exec_start("echo once >> log", yield_time_s=1)
+        assert calls == 1 and ei.value.context["retry_safe"] is True
 
 
 async def test_exposed_port_is_reached_through_the_daemon(sbx: BerthSandboxClient, berth_url: str) -> None:

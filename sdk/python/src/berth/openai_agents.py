@@ -92,7 +92,7 @@ from pydantic import Field, field_validator
 
 from ._client import AsyncBerth, AsyncSandbox
 from ._terminal import AsyncTerminal
-from .errors import BerthError, Conflict, InvalidArgument, NotFound
+from .errors import SANDBOX_PAUSED, SANDBOX_STOPPED, BerthError, Conflict, DaemonUnreachable, InvalidArgument, NotFound
 
 __all__ = [
     "BerthSandboxClient",
@@ -273,18 +273,22 @@ class BerthSandboxSession(BaseSandboxSession):
         self._root_ready = True
 
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
-        """Run a berth call; if the sandbox was stopped (its idle timeout, berth stop) or
-        paused meanwhile, start or resume it and run the call once more."""
+        """Run a berth call; if the daemon refused it, before it ran, because the sandbox
+        was stopped (its idle timeout, berth stop) or paused meanwhile, start or resume
+        it and run the call once more. A conflict without that reason (the sandbox
+        stopped while the call ran: a command may have started) is raised, never retried."""
         try:
             return await op()
-        except Conflict:
-            state = (await self._sb.refresh()).state
-            if state == "stopped":
-                await self._sb.start()
-            elif state == "paused":
-                await self._sb.resume()
-            else:
+        except Conflict as e:
+            if e.reason not in (SANDBOX_STOPPED, SANDBOX_PAUSED):
                 raise
+            try:
+                if e.reason == SANDBOX_STOPPED:
+                    await self._sb.start()
+                else:
+                    await self._sb.resume()
+            except Conflict:
+                pass  # started or resumed by another caller meanwhile
             return await op()
 
     def _wrap_start_error(self, error: Exception) -> Exception:
@@ -526,10 +530,13 @@ class BerthSandboxSession(BaseSandboxSession):
                 timeout=max(timeout, 0.001) if timeout is not None else None,
             ))
         except BerthError as e:
-            # Nothing started: the SDK's shell tool may run the command once without a PTY instead.
+            # Refused before it ran: the SDK's shell tool may run the command once without a PTY
+            # instead. Not so after a reasonless conflict (the sandbox stopped while the call ran)
+            # or a lost connection: the process may have started.
+            may_have_run = (isinstance(e, Conflict) and e.reason is None) or isinstance(e, DaemonUnreachable)
             raise ExecTransportError(
-                command=argv, context={"backend": "berth", "error_class": e.error_class, "retry_safe": True}, cause=e,
-                message=f"berth process start failed: {e.message}",
+                command=argv, context={"backend": "berth", "error_class": e.error_class, "retry_safe": not may_have_run},
+                cause=e, message=f"berth process start failed: {e.message}",
             ) from e
         try:
             terminal = await self._sb.attach(pid)
