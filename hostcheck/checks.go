@@ -221,12 +221,13 @@ func checkUserNS(_ context.Context, o *Options) (Status, string, string) {
 		return Fail, "user.max_user_namespaces is 0: no process may create a user namespace", sysctlFix
 	}
 	// Create one as a sandbox does: a child in new user and mount
-	// namespaces, its root mapped to range 0's root.
+	// namespaces. Its root is host root, so that it can run this
+	// executable wherever it lives; `berth guest --check` returns at once.
 	exe, err := os.Executable()
 	if err != nil {
 		return Fail, "find this executable: " + err.Error(), "run berth from a file on disk"
 	}
-	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(runtime.DefaultIDMap.HostID), Size: 1}}
+	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}
 	cmd := &exec.Cmd{
 		Path: exe, Args: []string{"berth", "guest", guestapi.CheckFlag}, Env: []string{},
 		SysProcAttr: &syscall.SysProcAttr{

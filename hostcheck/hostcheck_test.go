@@ -11,6 +11,15 @@ import (
 	"github.com/berthsh/berth/internal/testutil"
 )
 
+// TestMain answers the user namespace check, which runs this executable as
+// `berth guest --check`, as berth does: at once.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "guest" {
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
 // On this host (as root, as CI runs), every check runs, says what it
 // found, and gives a fix for what is not ok; the checks every create needs
 // pass, or no test of berth could.
@@ -122,5 +131,25 @@ func TestErrorNamesCheckAndFix(t *testing.T) {
 	r := Result{Name: "static_binary", Status: Fail, Detail: "linked with cgo", Fix: "CGO_ENABLED=0"}
 	if got := r.Error(); got != "static_binary: linked with cgo; fix: CGO_ENABLED=0" {
 		t.Errorf("Error() = %q", got)
+	}
+}
+
+// BenchmarkStartup is what serve's start-up check adds to every start.
+func BenchmarkStartup(b *testing.B) {
+	testutil.RequireRoot(b)
+	o := Options{StateDir: testutil.StateDir(b)}
+	for b.Loop() {
+		if failed := Failed(Startup(context.Background(), o)); len(failed) > 0 {
+			b.Fatal(failed)
+		}
+	}
+}
+
+// BenchmarkAll is berth doctor's checks.
+func BenchmarkAll(b *testing.B) {
+	testutil.RequireRoot(b)
+	o := Options{StateDir: testutil.StateDir(b), GuestBinary: testutil.Berth(b), Runsc: os.Getenv("BERTH_RUNSC")}
+	for b.Loop() {
+		All(context.Background(), o)
 	}
 }
