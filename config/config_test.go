@@ -237,3 +237,16 @@ const exampleHeader = `# berth serve's configuration (YAML): /etc/berth/config.y
 # explains each.
 
 `
+
+// docs/operate.md documents every key.
+func TestEveryKeyIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "operate.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys() {
+		if !bytes.Contains(doc, []byte("| `"+k+"` |")) {
+			t.Errorf("docs/operate.md has no row for key %s", k)
+		}
+	}
+}
