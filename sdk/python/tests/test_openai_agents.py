@@ -9,6 +9,7 @@ import asyncio
 import importlib.util
 import io
 import json
+import resource
 import tarfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -30,6 +31,7 @@ from agents.sandbox.errors import (
     ExposedPortUnavailableError,
     InvalidManifestPathError,
     PtySessionNotFoundError,
+    WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
     WorkspaceStartError,
@@ -266,6 +268,37 @@ async def test_persist_and_hydrate_the_workspace_as_a_tar(sbx: BerthSandboxClien
             await dst.hydrate_workspace(io.BytesIO(evil.getvalue()))
         assert ei.value.context["reason"] == "unsafe_or_invalid_tar"
         assert not (await dst.exec("test -e /escape.txt")).ok()
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+async def test_persist_streams_the_workspace_under_a_byte_cap(sbx: BerthSandboxClient) -> None:
+    # A sparse file's holes come in the archive in full: 2 GiB from a truncate. The archive is
+    # streamed to a spooled file (never held in memory) and refused past the cap (1 GiB default).
+    async with await sbx.create() as session:
+        assert (await session.exec("truncate -s 2G /workspace/sparse && echo small > /workspace/a.txt")).ok()
+        before = _peak_rss_mib()
+        with pytest.raises(WorkspaceArchiveReadError) as ei:
+            await session.persist_workspace()
+        grew = _peak_rss_mib() - before
+        assert grew < 256, f"persisting a 2 GiB sparse file grew the peak RSS by {grew:.0f} MiB"
+        assert ei.value.context["reason"] == "workspace_archive_too_large"
+        assert ei.value.context["max_bytes"] == 1 << 30
+        assert "max_workspace_archive_bytes" in str(ei.value) and "1073741824 bytes" in str(ei.value)
+        # Without it the workspace persists as usual.
+        assert (await session.exec("rm /workspace/sparse")).ok()
+        with tarfile.open(fileobj=await session.persist_workspace()) as tf:
+            assert sorted(tf.getnames()) == [".", "a.txt"]
+
+    # A cap of its own, in the options (and a bad one is refused where it is made).
+    with pytest.raises(pydantic.ValidationError, match="max_workspace_archive_bytes"):
+        BerthSandboxClientOptions(max_workspace_archive_bytes=0)
+    async with await sbx.create(options=BerthSandboxClientOptions(max_workspace_archive_bytes=1 << 20)) as session:
+        assert (await session.exec("head -c 2000000 /dev/urandom > /workspace/big.bin")).ok()
+        with pytest.raises(WorkspaceArchiveReadError, match="1048576 bytes"):
+            await session.persist_workspace()
 
 
 async def test_exec_timeout_kills_the_command(sbx: BerthSandboxClient) -> None:

@@ -88,9 +88,10 @@ except ImportError as e:  # pragma: no cover - only without the extra
         "berth.openai_agents needs the OpenAI Agents SDK: pip install 'berth[openai-agents]'"
     ) from e
 
+import httpx
 from pydantic import Field, field_validator
 
-from ._client import AsyncBerth, AsyncSandbox
+from ._client import AsyncBerth, AsyncSandbox, _Ops
 from ._terminal import AsyncTerminal
 from .errors import SANDBOX_PAUSED, SANDBOX_STOPPED, BerthError, Conflict, DaemonUnreachable, InvalidArgument, NotFound
 
@@ -111,6 +112,8 @@ _PTY_SIZE = (24, 80)
 # How long a PTY start waits for output when the caller names no yield time.
 _PTY_START_YIELD_MS = 10_000
 _PTY_WRITE_YIELD_MS = 250
+# A persisted workspace's tar is held in memory up to this, then spooled to disk.
+_ARCHIVE_SPOOL_BYTES = 16 << 20
 T = TypeVar("T")
 # A bounded read's head -c answers these for a missing path and a non-file.
 _MISSING, _NOT_FILE = 44, 45
@@ -131,6 +134,9 @@ class BerthSandboxClientOptions(BaseSandboxClientOptions):
     ``resolve_exposed_port`` may give a URL for. ``idle_timeout`` and
     ``delete_after``: berth's lifetimes, in seconds. ``on_exit``: what releasing
     the session does to the sandbox ("delete", "stop", "pause" or "keep").
+    ``max_workspace_archive_bytes``: the most of the workspace's tar that
+    ``persist_workspace`` takes (1 GiB by default; it is spooled to a temporary
+    file, not held in memory, and a larger one is refused).
     """
 
     type: Literal["berth"] = "berth"
@@ -149,6 +155,7 @@ class BerthSandboxClientOptions(BaseSandboxClientOptions):
     idle_timeout: float | None = Field(default=None, ge=0)
     delete_after: float | None = Field(default=None, ge=0)
     on_exit: OnExit = "delete"
+    max_workspace_archive_bytes: int = Field(default=1 << 30, gt=0)
 
     @field_validator("exposed_ports")
     @classmethod
@@ -217,6 +224,10 @@ def _as_bytes(data: Any) -> bytes | None:
 
 def _read_all(data: io.IOBase) -> Any:
     return data.read()
+
+
+class _ArchiveTooLarge(Exception):
+    """The workspace's tar went past max_workspace_archive_bytes."""
 
 
 class BerthSandboxSession(BaseSandboxSession):
@@ -441,21 +452,61 @@ class BerthSandboxSession(BaseSandboxSession):
 
     # workspace archives
 
+    async def _spool_archive(self, root: str, spool: Any, cap: int) -> None:
+        """Stream the tar of ``root`` into ``spool``, refusing it past ``cap`` bytes."""
+        spool.seek(0)
+        spool.truncate()
+        got = 0
+        # The archive route streamed (AsyncSandbox.download_archive reads it all into memory).
+        async with self._sb._c._stream(_Ops.download_archive(self._sb.id, root, None)) as r:
+            async for chunk in r.aiter_bytes(1 << 20):
+                got += len(chunk)
+                if got > cap:
+                    raise _ArchiveTooLarge
+                spool.write(chunk)
+
     async def persist_workspace(self) -> io.IOBase:
         root = sandbox_path_str(self.state.manifest.root)
         name = posixpath.basename(root.rstrip("/"))
+        cap = self.state.options.max_workspace_archive_bytes
+        # The guest's files decide the tar's size (a sparse file's holes come in full): it goes
+        # to a temporary file past a few MiB, never whole into memory, and only up to the cap.
+        spool = tempfile.SpooledTemporaryFile(max_size=_ARCHIVE_SPOOL_BYTES)
         try:
             # The tree comes under its own name; members are made relative to the root below.
-            raw = await self._call(lambda: self._sb.download_archive(root))
+            await self._call(lambda: self._spool_archive(root, spool, cap))
+        except _ArchiveTooLarge:
+            spool.close()
+            detail = (
+                f"the workspace's archive is over max_workspace_archive_bytes ({cap} bytes; sparse files count in "
+                "full): remove large files from the workspace, skip them with register_persist_workspace_skip_path, "
+                "or raise the option"
+            )
+            err = WorkspaceArchiveReadError(
+                path=Path(root), context={"backend": "berth", "reason": "workspace_archive_too_large", "max_bytes": cap,
+                                          "detail": detail},
+            )
+            err.message = f"{err.message}: {detail}"
+            err.args = (err.message,)
+            raise err from None
         except BerthError as e:
+            spool.close()
             raise WorkspaceArchiveReadError(
                 path=Path(root), context={"backend": "berth", "error_class": e.error_class}, cause=e,
                 retryable=e.error_class == "unavailable",
             ) from e
+        except httpx.HTTPError as e:
+            spool.close()
+            raise WorkspaceArchiveReadError(
+                path=Path(root), context={"backend": "berth", "reason": f"the archive's stream broke: {e}"}, cause=e,
+                retryable=True,
+            ) from e
+        spool.seek(0)
         skip = self._persist_workspace_skip_relpaths()
         kept = tempfile.TemporaryFile()
         try:
-            with tarfile.open(fileobj=io.BytesIO(raw), mode="r|*") as src, tarfile.open(fileobj=kept, mode="w|") as dst:
+            # Plain tar only (berth sends it so): nothing the guest wrote is decompressed here.
+            with spool, tarfile.open(fileobj=spool, mode="r|") as src, tarfile.open(fileobj=kept, mode="w|") as dst:
                 for member in src:
                     if skip and should_skip_tar_member(member.name, skip_rel_paths=skip, root_name=name):
                         continue
