@@ -8,7 +8,7 @@ import { readFile, readdir, lstat, readlink } from "node:fs/promises";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { join, relative, sep } from "node:path";
-import { type ApiError, DeadlineExceeded, InvalidArgument, NotFound, errorFromApi } from "./errors.js";
+import { type ApiError, DeadlineExceeded, InvalidArgument, NotFound, TooLarge, errorFromApi } from "./errors.js";
 import { type Body, type Call, type Query, Transport, endpoint, lines } from "./http.js";
 import { Terminal, openTerminal } from "./terminal.js";
 import { tarOf, type TarEntry } from "./tar.js";
@@ -613,9 +613,38 @@ export class Sandbox {
     });
   }
 
-  /** Reads a whole file. */
-  download(path: string, opts: { user?: string } = {}): Promise<Uint8Array> {
-    return this.t.bytes({ method: "GET", path: sb(this.id, "files"), query: { path, user: opts.user } });
+  /** Reads a whole file. `maxBytes` bounds it: a file that turns out longer
+   * (the sandbox controls its files: one may grow, or be swapped for
+   * another, after a stat said it was small) throws TooLarge naming the
+   * path and the bound as soon as more arrives, having kept no more than
+   * maxBytes + 1 bytes; the rest is not read. */
+  async download(path: string, opts: { user?: string; maxBytes?: number } = {}): Promise<Uint8Array> {
+    const max = opts.maxBytes;
+    const call: Call = { method: "GET", path: sb(this.id, "files"), query: { path, user: opts.user } };
+    if (max === undefined) return this.t.bytes(call);
+    if (!Number.isSafeInteger(max) || max < 0) {
+      throw new InvalidArgument(`download: maxBytes must be a whole number of bytes (0 or more), got ${String(max)}`);
+    }
+    const tooLarge = () =>
+      new TooLarge(`download: '${path}' is larger than maxBytes, ${max} bytes`, { paths: [path] });
+    const res = await this.t.request(call);
+    try {
+      const declared = Number(res.headers["content-length"]);
+      if (Number.isFinite(declared) && declared > max) throw tooLarge();
+      const chunks: Buffer[] = [];
+      let n = 0;
+      for await (const c of this.t.read(res)) {
+        // Keep at most one byte past the bound: enough to know it is past.
+        chunks.push(c.length > max + 1 - n ? c.subarray(0, max + 1 - n) : c);
+        n += c.length;
+        if (n > max) throw tooLarge();
+      }
+      const all = Buffer.concat(chunks);
+      return new Uint8Array(all.buffer, all.byteOffset, all.byteLength);
+    } finally {
+      // Stop the rest of a file read in part.
+      if (!res.complete) res.destroy();
+    }
   }
 
   /** A file as a stream: a Node Readable (async-iterable by chunks;

@@ -21,7 +21,7 @@
 // that against deepagents' own declarations.
 
 import { Berth, type CreateOptions, type Sandbox } from "./client.js";
-import { BerthError, Conflict, DaemonUnreachable, InvalidArgument, NotFound, Unauthenticated, Unavailable, errorFromApi } from "./errors.js";
+import { BerthError, Conflict, DaemonUnreachable, InvalidArgument, NotFound, TooLarge, Unauthenticated, Unavailable, errorFromApi } from "./errors.js";
 import type { FileError, FileResult } from "./types.js";
 
 // deepagents' protocol types (deepagents 1.14: backends/protocol.ts).
@@ -158,6 +158,15 @@ export interface BerthSandboxCreateOptions extends CreateOptions, Omit<BerthSand
 // The limits and texts of deepagents' tools and backends, kept identical.
 const EMPTY_CONTENT_WARNING = "System reminder: File exists but has empty contents";
 const MAX_BINARY_READ_BYTES = 10 * 1024 * 1024;
+// readRaw's bound on a whole file, text or binary: the sandbox decides how
+// large its files are, and the file is held in memory.
+const MAX_RAW_READ_BYTES = MAX_BINARY_READ_BYTES;
+
+// A file over the bound of a read, in the words of deepagents' read_file tool.
+function tooLargeToRead(path: string, binary: boolean): string {
+  const mb = MAX_RAW_READ_BYTES / (1024 * 1024);
+  return `File '${path}' is too large to read (exceeds ${mb}MB limit${binary ? " for binary files" : ": read a text file in pages with read, or inspect it with execute"})`;
+}
 // Longer lines are cut (the read_file tool shows at most 80,000 characters).
 const MAX_LINE_CHARS = 1 << 20;
 const GLOB_LIMIT = 50_000;
@@ -539,11 +548,12 @@ export class BerthSandbox {
       try {
         const st = await this.#call(() => this.#sb.stat(filePath));
         if (st.type === "dir") return { error: `'${filePath}' is a directory, not a file: list it with ls` };
-        if (st.size > MAX_BINARY_READ_BYTES) {
-          return { error: `File '${filePath}' is ${st.size} bytes, over the ${MAX_BINARY_READ_BYTES} bytes a binary file may have to be read` };
-        }
-        return { content: await this.#call(() => this.#sb.download(filePath)), mimeType };
+        if (st.size > MAX_BINARY_READ_BYTES) return { error: tooLargeToRead(filePath, true) };
+        // The stat does not bound the download: the sandbox may have
+        // swapped the file since. The download is bounded itself.
+        return { content: await this.#call(() => this.#sb.download(filePath, { maxBytes: MAX_BINARY_READ_BYTES })), mimeType };
       } catch (e) {
+        if (e instanceof TooLarge) return { error: tooLargeToRead(filePath, true) };
         return this.#readError(filePath, e);
       }
     }
@@ -576,12 +586,16 @@ export class BerthSandbox {
   /** A whole file as deepagents' FileData: text (UTF-8) or, for a binary
    * type, bytes. */
   async readRaw(filePath: string): Promise<ReadRawResult> {
+    const mimeType = mimeTypeOf(filePath);
+    const binary = !isTextMimeType(mimeType);
     try {
-      const [st, bytes] = await this.#call(() => Promise.all([this.#sb.stat(filePath), this.#sb.download(filePath)]));
-      const mimeType = mimeTypeOf(filePath);
-      const content = isTextMimeType(mimeType) ? new TextDecoder().decode(bytes) : bytes;
+      const [st, bytes] = await this.#call(() =>
+        Promise.all([this.#sb.stat(filePath), this.#sb.download(filePath, { maxBytes: MAX_RAW_READ_BYTES })]),
+      );
+      const content = binary ? bytes : new TextDecoder().decode(bytes);
       return { data: { content, mimeType, created_at: st.modified_at, modified_at: st.modified_at } };
     } catch (e) {
+      if (e instanceof TooLarge) return { error: tooLargeToRead(filePath, binary) };
       return this.#readError(filePath, e);
     }
   }
