@@ -250,3 +250,30 @@ func TestEveryKeyIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+func TestPath(t *testing.T) {
+	p := writeFile(t, "debug: true\n")
+	for _, tc := range []struct {
+		args    []string
+		want    string
+		wantErr bool
+	}{
+		{[]string{"--config", p}, p, false},
+		{[]string{"--config", ""}, "", false},
+		{[]string{"--config", p + ".absent"}, "", true},
+	} {
+		_, fs := newFlags(t, tc.args...)
+		got, err := Path(fs)
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("%q: %q, %v", tc.args, got, err)
+		}
+	}
+	if _, err := os.Stat(DefaultPath); err == nil {
+		t.Logf("%s exists here: the default case is not checked", DefaultPath)
+		return
+	}
+	_, fs := newFlags(t)
+	if got, err := Path(fs); got != "" || err != nil {
+		t.Errorf("no --config and no %s: %q, %v", DefaultPath, got, err)
+	}
+}

@@ -34,9 +34,13 @@ func Keys() []string {
 }
 
 // Path is the config file to read: the one --config names (which must
-// exist), else DefaultPath when it exists, else "" (none).
+// exist; --config "" reads none), else DefaultPath when it exists, else ""
+// (none).
 func Path(fs *pflag.FlagSet) (string, error) {
 	if f := fs.Lookup(FileFlag); f != nil && f.Changed {
+		if f.Value.String() == "" {
+			return "", nil
+		}
 		if _, err := os.Stat(f.Value.String()); err != nil {
 			return "", fmt.Errorf("--config: %w", err)
 		}

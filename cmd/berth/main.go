@@ -140,7 +140,7 @@ func doctorCommand() *cobra.Command {
 }
 
 func addConfigFlag(cmd *cobra.Command) {
-	cmd.Flags().String(config.FileFlag, config.DefaultPath, "YAML file of settings, keyed by these flags' names (read when it exists; flags given here win)")
+	cmd.Flags().String(config.FileFlag, config.DefaultPath, "YAML file of settings, keyed by these flags' names (the default is read when it exists; \"\" reads none; flags given here win)")
 }
 
 // loadConfig applies the config file, if any, under cmd's flags.
