@@ -607,13 +607,18 @@ export class BerthSandbox {
 
   // Makes deepagents' directories, as root, owned by the sandbox's user (so
   // that the agent's own commands can read, change and remove what is
-  // written there), once per backend; another try after a failure.
+  // written there), once per backend; another try after a failure. A path
+  // that is already a symlink is refused, and none is followed: root would
+  // otherwise chown where the sandbox pointed it (/large_tool_results -> /etc).
   #makeOwnDirs(): Promise<void> {
     this.#dirsMade ??= (async () => {
       const owner = String(this.#sb.info.raw?.user || "user");
       const dirs = this.#ownDirs.map(shellQuote).join(" ");
+      const script =
+        'owner=$1; shift; for d; do if [ -L "$d" ]; then echo "$d is a symlink: not made or chowned" >&2; exit 1; fi; done; ' +
+        'mkdir -p -m 0755 -- "$@" && chown -h -- "$owner" "$@"';
       const r = await this.#call(() =>
-        this.#sb.exec(`mkdir -p -m 0755 -- ${dirs} && chown -- ${shellQuote(owner)} ${dirs}`, { user: "root", timeoutMs: 60_000 }),
+        this.#sb.exec(`sh -c ${shellQuote(script)} sh ${shellQuote(owner)} ${dirs}`, { user: "root", timeoutMs: 60_000 }),
       );
       if (r.exitCode !== 0) throw new Error(`making ${this.#ownDirs.join(", ")} failed: ${(r.stdout + r.stderr).trim()}`);
     })().catch((e: unknown) => {

@@ -105,3 +105,23 @@ describe('a file the sandbox makes huge', () => {
     assert.equal(raw.data.content, '0123456789')
   })
 })
+
+describe('deepagents’ directories', () => {
+  it('are not made through a symlink: a write there fails saying so, and /etc keeps its owner', async () => {
+    const backend = await BerthSandbox.create({ client, logger: null })
+    const sb = backend.sandbox
+    await sh(sb, 'ln -s /etc /large_tool_results', { user: 'root' })
+    const r = await backend.write('/large_tool_results/x.txt', 'hi')
+    assert.match(r.error ?? '', /^Failed to write to \/large_tool_results\/x\.txt: .*\/large_tool_results is a symlink/)
+    assert.equal((await sh(sb, 'stat -c %U /etc')).trim(), 'root')
+    assert.equal((await sb.exec('test -e /etc/x.txt')).exitCode, 1)
+    // The other directory was not made either (nothing is done when one is refused).
+    assert.equal((await sb.exec('test -e /conversation_history')).exitCode, 1)
+    // Once the symlink is gone the directories are made, owned by the sandbox's user.
+    await sh(sb, 'rm /large_tool_results', { user: 'root' })
+    const ok = await backend.write('/large_tool_results/x.txt', 'hi')
+    assert.equal(ok.error, undefined, ok.error)
+    assert.equal((await sh(sb, 'stat -c %U /large_tool_results /conversation_history')).trim(), 'user\nuser')
+    await backend.close()
+  })
+})
