@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/berthsh/berth/cli"
 	"github.com/berthsh/berth/config"
@@ -71,7 +72,7 @@ func (e *configError) Unwrap() error { return e.error }
 
 func serveCommand() *cobra.Command {
 	var cfg config.Config
-	var print bool
+	var printConfig bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the berth daemon",
@@ -83,7 +84,7 @@ func serveCommand() *cobra.Command {
 			if err := loadConfig(cmd); err != nil {
 				return err
 			}
-			if print {
+			if printConfig {
 				out, err := config.Print(cmd.Flags(), false)
 				if err != nil {
 					return err
@@ -120,7 +121,7 @@ func serveCommand() *cobra.Command {
 	}
 	cfg.Bind(cmd.Flags())
 	addConfigFlag(cmd)
-	cmd.Flags().BoolVar(&print, config.PrintFlag, false, "print the effective configuration (flags over config file over defaults) as a config file, and exit")
+	cmd.Flags().BoolVar(&printConfig, config.PrintFlag, false, "print the effective configuration (flags over config file over defaults) as a config file, and exit")
 	return cmd
 }
 
@@ -130,6 +131,15 @@ func doctorCommand() *cobra.Command {
 		var cfg config.Config
 		cfg.Bind(cmd.Flags())
 		addConfigFlag(cmd)
+		// It takes every serve flag (a command line copied from serve
+		// works); its help shows those that change a check.
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			switch f.Name {
+			case "state-dir", "runsc", "runsc-platform", "no-seccomp", "no-idmapped-layers", config.FileFlag:
+			default:
+				f.Hidden = true
+			}
+		})
 		return func() (hostcheck.Options, error) {
 			if err := loadConfig(cmd); err != nil {
 				return hostcheck.Options{}, errors.Unwrap(err) // doctor exits 1, not serve's 78
