@@ -425,8 +425,13 @@ export class BerthSandbox {
       if (e.reason === "sandbox_stopped") await this.#bringBack("start");
       else if (e.reason === "sandbox_paused") await this.#bringBack("resume");
       else if (e.reason) throw e;
-      else if (e instanceof Conflict && this.#starting) await this.#starting;
-      else if (!(await this.#settled(e instanceof Unavailable))) throw e;
+      else if (e instanceof Conflict && this.#starting) {
+        // Another call is bringing the sandbox back. A Conflict without a
+        // reason may be "was stopping while the call ran": a `once` call
+        // may have run in part, so it is not made again.
+        await this.#starting;
+        if (once) throw new Interrupted(e);
+      } else if (!(await this.#settled(e instanceof Unavailable))) throw e;
       else if (once) throw new Interrupted(e);
     }
     return fn();

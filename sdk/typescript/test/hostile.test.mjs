@@ -1,9 +1,12 @@
 // A sandbox that works against its host: the SDK and the deepagents backend
 // hold what a sandbox controls (the size of a file, a path that is a
-// symlink) to bounds of their own, against a real daemon.
+// symlink) to bounds of their own, against a real daemon. Plus the
+// backend's `once` calls (execute, edit, delete, fork) never made twice
+// when the sandbox stops under parallel calls, checked on a stand-in
+// sandbox because the daemon's timing cannot be made deterministic.
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Berth, TooLarge } from '../dist/index.js'
+import { Berth, Conflict, TooLarge } from '../dist/index.js'
 import { BerthSandbox } from '../dist/deepagents.js'
 import { startDaemon } from './daemon.mjs'
 
@@ -123,5 +126,63 @@ describe('deepagents’ directories', () => {
     assert.equal(ok.error, undefined, ok.error)
     assert.equal((await sh(sb, 'stat -c %U /large_tool_results /conversation_history')).trim(), 'user\nuser')
     await backend.close()
+  })
+})
+
+describe('parallel calls when the sandbox stops', () => {
+  // A stand-in for a Sandbox (the backend uses only these members): the
+  // daemon cannot be made to answer "stopping" to one call exactly while
+  // another starts the sandbox, so the race is staged here.
+  function stub() {
+    let release
+    const started = new Promise((ok) => (release = ok))
+    const s = {
+      id: 'sb-stub',
+      info: { id: 'sb-stub', state: 'stopped', raw: { user: 'user' } },
+      execs: 0,
+      starts: 0,
+      release,
+      async start() {
+        s.starts++
+        await started
+        s.info = { ...s.info, state: 'running' }
+        return s.info
+      },
+      async refresh() {
+        return s.info
+      },
+      async stat() {
+        if (s.info.state !== 'running') throw new Conflict('sandbox sb-stub is stopped', { reason: 'sandbox_stopped' })
+        return { path: '/f', type: 'file', size: 1, modified_at: '' }
+      },
+      async exec() {
+        s.execs++
+        // The sandbox was stopping while the command ran: no reason.
+        if (s.execs === 1) throw new Conflict('sandbox sb-stub was stopping while the call ran')
+        return { stdout: 'ran\n', stderr: '', exitCode: 0, timedOut: false, oomKilled: false, stdoutTruncated: false, stderrTruncated: false }
+      },
+    }
+    return s
+  }
+
+  it('execute that meets a start in progress answers that it may not have finished, and is not run again', async () => {
+    const s = stub()
+    const backend = new BerthSandbox({ sandbox: s, logger: null })
+    // One call finds the sandbox stopped and starts it...
+    const reading = backend.edit('/f', '', 'x')
+    await new Promise((ok) => setImmediate(ok))
+    assert.equal(s.starts, 1)
+    // ...while execute, in parallel, is told the sandbox was stopping under it.
+    const executing = backend.execute('make')
+    await new Promise((ok) => setImmediate(ok))
+    s.release()
+    const r = await executing
+    assert.equal(s.execs, 1, 'execute ran its command twice')
+    assert.equal(r.exitCode, null)
+    assert.match(r.output, /may not have finished/)
+    await reading
+    assert.equal(s.starts, 1)
+    // A later execute runs as usual.
+    assert.equal((await backend.execute('true')).output, 'ran\n')
   })
 })
