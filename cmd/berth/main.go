@@ -96,6 +96,7 @@ func serveCommand() *cobra.Command {
 			if err != nil {
 				return &configError{err}
 			}
+			systemd := sdnotify.FromEnv()
 			// Whatever started the daemon may have left descriptors open;
 			// none of them may reach a sandbox.
 			if err := fds.CloseOnExecFrom(3); err != nil {
@@ -113,7 +114,7 @@ func serveCommand() *cobra.Command {
 			defer d.Close()
 			return d.Serve(cmd.Context(), func() {
 				log.Info("berth ready", "listen", dcfg.Listen, "state_dir", dcfg.StateDir)
-				if err := sdnotify.Notify(sdnotify.Ready); err != nil {
+				if err := systemd.Notify(sdnotify.Ready); err != nil {
 					log.Warn("tell systemd the daemon is ready", "err", err)
 				}
 			})

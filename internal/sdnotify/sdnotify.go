@@ -14,12 +14,25 @@ const (
 	Stopping = "STOPPING=1"
 )
 
-// Notify sends state (such as Ready) to systemd's notification socket. It
-// does nothing, and returns nil, when $NOTIFY_SOCKET is unset: the daemon
-// was not started by systemd with Type=notify. A name starting with @ is
-// an abstract socket.
-func Notify(state string) error {
-	name := os.Getenv("NOTIFY_SOCKET")
+// Notifier sends states to systemd's notification socket.
+type Notifier struct {
+	socket string // "" when not started by systemd with Type=notify
+}
+
+// FromEnv returns a Notifier for the socket $NOTIFY_SOCKET names, and
+// unsets the variable (as sd_notify's unset_environment does), so that no
+// process the daemon starts (runsc, a sandbox) inherits it and talks to
+// systemd on the daemon's behalf.
+func FromEnv() *Notifier {
+	n := &Notifier{socket: os.Getenv("NOTIFY_SOCKET")}
+	os.Unsetenv("NOTIFY_SOCKET")
+	return n
+}
+
+// Notify sends state (such as Ready). It does nothing, and returns nil,
+// without a socket. A name starting with @ is an abstract socket.
+func (n *Notifier) Notify(state string) error {
+	name := n.socket
 	if name == "" {
 		return nil
 	}

@@ -2,6 +2,7 @@ package sdnotify
 
 import (
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -20,17 +21,21 @@ func TestNotifySendsOneDatagram(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Setenv("NOTIFY_SOCKET", env)
-		if err := Notify(Ready); err != nil {
+		n := FromEnv()
+		if v, set := os.LookupEnv("NOTIFY_SOCKET"); set {
+			t.Errorf("NOTIFY_SOCKET=%q still set: children would inherit it", v)
+		}
+		if err := n.Notify(Ready); err != nil {
 			t.Fatal(err)
 		}
 		l.SetReadDeadline(time.Now().Add(5 * time.Second))
 		buf := make([]byte, 64)
-		n, _, err := l.ReadFromUnix(buf)
+		size, _, err := l.ReadFromUnix(buf)
 		l.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := string(buf[:n]); got != Ready {
+		if got := string(buf[:size]); got != Ready {
 			t.Errorf("abstract=%v: got %q, want %q", abstract, got, Ready)
 		}
 	}
@@ -38,7 +43,7 @@ func TestNotifySendsOneDatagram(t *testing.T) {
 
 func TestNotifyWithoutSocketDoesNothing(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
-	if err := Notify(Ready); err != nil {
+	if err := FromEnv().Notify(Ready); err != nil {
 		t.Errorf("no socket: %v", err)
 	}
 }
