@@ -25,6 +25,7 @@ from agents.items import ToolCallOutputItem
 from agents.run import RunConfig
 from agents.run_state import RunState
 from agents.sandbox import Manifest, SandboxAgent, SandboxRunConfig
+from agents.sandbox.manifest import Environment
 from agents.sandbox.errors import (
     ExecTimeoutError,
     ExecTransportError,
@@ -388,6 +389,31 @@ async def test_a_pty_start_that_may_have_run_is_not_marked_retry_safe(
         with pytest.raises(ExecTransportError) as ei:
             await session.pty_exec_start("echo once >> log", yield_time_s=1)
         assert calls == 1 and ei.value.context["retry_safe"] is True
+
+
+PLANT = "#!/bin/sh\nid -u > /tmp/planted-ran\nexit 0\n"
+
+
+async def test_root_setup_does_not_run_programs_the_user_planted_on_path(sbx: BerthSandboxClient) -> None:
+    # The manifest's PATH names a directory the sandbox's user writes (a venv in the workspace):
+    # the SDK's administrative commands, run as root, must not find the user's chmod there.
+    manifest = Manifest(environment=Environment(value={"PATH": "/workspace/bin:/usr/local/bin:/usr/bin:/bin"}))
+    async with await sbx.create(manifest=manifest) as session:
+        await session.write(Path("bin/chmod"), io.BytesIO(PLANT.encode()))
+        await session.write(Path("target"), io.BytesIO(b"x"))
+        assert (await session.exec("chmod 755 /workspace/bin/chmod && /bin/chmod 600 target")).ok()
+        await _inner(session)._exec_checked_nonzero("chmod", "640", "/workspace/target")
+        assert not (await session.exec("test -e /tmp/planted-ran")).ok(), "root ran the user's planted chmod"
+        assert (await session.exec("stat -c %a target")).stdout == b"640\n"
+
+    # The same for the sh that makes the workspace root at start, with the options' PATH.
+    options = BerthSandboxClientOptions(env={"PATH": "/workspace/bin:/usr/local/bin:/usr/bin:/bin"})
+    async with await sbx.create(options=options) as session:
+        await session.write(Path("bin/sh"), io.BytesIO(PLANT.encode()))
+        assert (await session.exec("/bin/chmod", "755", "/workspace/bin/sh", shell=False)).ok()
+        await _inner(session)._make_root()
+        res = await session.exec("/bin/cat", "/tmp/planted-ran", shell=False)
+        assert res.exit_code != 0, f"root ran the user's planted sh (as uid {res.stdout!r})"
 
 
 async def test_exposed_port_is_reached_through_the_daemon(sbx: BerthSandboxClient, berth_url: str) -> None:

@@ -112,6 +112,12 @@ _PTY_SIZE = (24, 80)
 # How long a PTY start waits for output when the caller names no yield time.
 _PTY_START_YIELD_MS = 10_000
 _PTY_WRITE_YIELD_MS = 250
+# What root runs on the SDK's behalf (the workspace root, the manifest's users, groups and
+# modes) finds its programs only here, with none of the manifest's environment: berth resolves
+# argv[0] with the exec's PATH, and the manifest's (or the options') PATH may name a directory
+# the sandbox's user writes (a venv in the workspace), where it could plant a "chmod" for root.
+_ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_ROOT_ENV = {"PATH": _ROOT_PATH}
 # A persisted workspace's tar is held in memory up to this, then spooled to disk.
 _ARCHIVE_SPOOL_BYTES = 16 << 20
 T = TypeVar("T")
@@ -274,7 +280,7 @@ class BerthSandboxSession(BaseSandboxSession):
             # name: (or uid:) gives the user's login group too; a uid without a passwd entry has none.
             script += 'chown -- "$2:" "$1" 2>/dev/null || chown -- "$2" "$1" || exit 1; '
         script += "fi"
-        res = await self._sb.exec(["sh", "-c", script, "sh", root, owner], user="root", cwd="/")
+        res = await self._sb.exec(["/bin/sh", "-c", script, "sh", root, owner], user="root", cwd="/", env=_ROOT_ENV)
         if not res.ok:
             raise WorkspaceStartError(
                 path=Path(root),
@@ -365,13 +371,21 @@ class BerthSandboxSession(BaseSandboxSession):
         return await self._run([str(c) for c in command], timeout=timeout, user=None)
 
     async def _run(
-        self, argv: list[str], *, timeout: float | None, user: str | None, max_output_bytes: int | None = None
+        self,
+        argv: list[str],
+        *,
+        timeout: float | None,
+        user: str | None,
+        max_output_bytes: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> ExecResult:
+        """Run ``argv`` with ``env`` (default the manifest's environment)."""
         if timeout is not None:
             # berth reads 0 as no timeout.
             timeout = max(timeout, 0.001)
         try:
-            env = await self._env()
+            if env is None:
+                env = await self._env()
             res = await self._call(lambda: self._sb.exec(
                 argv, timeout=timeout, user=user, cwd=self._cwd(), env=env, max_output_bytes=max_output_bytes
             ))
@@ -395,8 +409,9 @@ class BerthSandboxSession(BaseSandboxSession):
 
     async def _exec_checked_nonzero(self, *command: str | Path) -> ExecResult:
         # The SDK makes the manifest's users and groups (groupadd, useradd, usermod) and sets
-        # its entries' groups and modes (chgrp, chmod) with this: administration, done as root.
-        res = await self.exec(*command, shell=False, user="root")
+        # its entries' groups and modes (chgrp, chmod) with this: administration, done as root,
+        # with a PATH of system directories only and none of the manifest's environment.
+        res = await self._run([str(c) for c in command], timeout=None, user="root", env=_ROOT_ENV)
         if not res.ok():
             raise ExecNonZeroError(res, command=command)
         return res
