@@ -204,3 +204,16 @@ def test_every_error_class_of_the_api_has_its_exception() -> None:
         e = error_for(400, {"error": {"class": cls, "message": f"the daemon's words for {cls}", "reason": "sandbox_gone"}})
         assert e.error_class == cls and e.message == f"the daemon's words for {cls}" and e.reason == "sandbox_gone"
         assert str(e) == e.message
+
+
+def test_async_client_has_every_method_of_the_sync_one() -> None:
+    """The async classes have each public method of the sync ones (close is
+    aclose), so nothing a sync user can do is missing when they go async."""
+    import inspect
+
+    from berth import AsyncTerminal, Sandbox, Terminal
+
+    for sync, asyn, renamed in ((Sandbox, AsyncSandbox, {}), (Berth, AsyncBerth, {"close": "aclose"}), (Terminal, AsyncTerminal, {})):
+        names = {n for n, _ in inspect.getmembers(sync) if not n.startswith("_")}
+        missing = sorted(n for n in names if not hasattr(asyn, renamed.get(n, n)))
+        assert not missing, f"{asyn.__name__} lacks {missing}"

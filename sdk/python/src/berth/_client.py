@@ -963,6 +963,11 @@ class Sandbox(_FileMixin, _PortsMixin):
         """A file or tree as a tar stream (the tree under its own name)."""
         return self._c._send(_Ops.download_archive(self.id, path, user))
 
+    def download_archive_stream(self, path: str, *, user: str | None = None, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """:meth:`download_archive`'s tar as it arrives (for trees too large to hold)."""
+        with self._c._stream(_Ops.download_archive(self.id, path, user)) as r:
+            yield from r.iter_bytes(chunk_size)
+
     def upload_files(self, files: Sequence[tuple[str, bytes]], *, user: str | None = None) -> list[dict[str, Any]]:
         """Write many files; each result has ``path`` and, on failure, ``error``."""
         body = {"files": [{"path": p, "content": base64.b64encode(c).decode()} for p, c in files], "user": user}
@@ -1370,6 +1375,12 @@ class AsyncSandbox(_FileMixin, _PortsMixin):
     async def download_archive(self, path: str, *, user: str | None = None) -> bytes:
         """As :meth:`Sandbox.download_archive`: a file or tree as a tar stream."""
         return await self._c._send(_Ops.download_archive(self.id, path, user))
+
+    async def download_archive_stream(self, path: str, *, user: str | None = None, chunk_size: int = 1 << 20) -> AsyncIterator[bytes]:
+        """As :meth:`Sandbox.download_archive_stream`: the tar as it arrives."""
+        async with self._c._stream(_Ops.download_archive(self.id, path, user)) as r:
+            async for chunk in r.aiter_bytes(chunk_size):
+                yield chunk
 
     async def upload_files(self, files: Sequence[tuple[str, bytes]], *, user: str | None = None) -> list[dict[str, Any]]:
         body = {"files": [{"path": p, "content": base64.b64encode(c).decode()} for p, c in files], "user": user}

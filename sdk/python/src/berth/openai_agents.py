@@ -91,7 +91,7 @@ except ImportError as e:  # pragma: no cover - only without the extra
 import httpx
 from pydantic import Field, field_validator
 
-from ._client import AsyncBerth, AsyncSandbox, _Ops
+from ._client import AsyncBerth, AsyncSandbox
 from ._terminal import AsyncTerminal
 from .errors import SANDBOX_PAUSED, SANDBOX_STOPPED, BerthError, Conflict, DaemonUnreachable, InvalidArgument, NotFound
 
@@ -472,13 +472,15 @@ class BerthSandboxSession(BaseSandboxSession):
         spool.seek(0)
         spool.truncate()
         got = 0
-        # The archive route streamed (AsyncSandbox.download_archive reads it all into memory).
-        async with self._sb._c._stream(_Ops.download_archive(self._sb.id, root, None)) as r:
-            async for chunk in r.aiter_bytes(1 << 20):
+        chunks = self._sb.download_archive_stream(root)
+        try:
+            async for chunk in chunks:
                 got += len(chunk)
                 if got > cap:
                     raise _ArchiveTooLarge
                 spool.write(chunk)
+        finally:
+            await chunks.aclose()
 
     async def persist_workspace(self) -> io.IOBase:
         root = sandbox_path_str(self.state.manifest.root)
