@@ -97,31 +97,15 @@ func (b *backend) execute(ctx context.Context, in executeInput) (executeOutput, 
 	return out, execText(out, timeout, maxOut), nil
 }
 
-// execText is what a model reads of a command's result: its stdout, its
-// stderr under a marker, then one bracketed line per fact of its end.
+// execText is what a model reads of a command's result: first berth's
+// bracketed facts of how it ended, exit code last, then its stdout and its
+// stderr under a marker. The facts come first because the output is the
+// sandbox's: a command can print "[exit code 0]" itself, but only after the
+// real one.
 func execText(r executeOutput, timeout time.Duration, maxOut int64) string {
 	var b strings.Builder
-	b.WriteString(r.Stdout)
-	if r.Stderr != "" {
-		if b.Len() > 0 && !strings.HasSuffix(r.Stdout, "\n") {
-			b.WriteString("\n")
-		}
-		b.WriteString("[stderr]\n")
-		b.WriteString(r.Stderr)
-	}
-	if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
-		b.WriteString("\n")
-	}
 	if r.Error != "" {
 		fmt.Fprintf(&b, "[could not start: %s]\n", r.Error)
-	}
-	for _, t := range []struct {
-		name string
-		cut  bool
-	}{{"stdout", r.StdoutTruncated}, {"stderr", r.StderrTruncated}} {
-		if t.cut {
-			fmt.Fprintf(&b, "[%s truncated: only its first %d bytes are shown; redirect to a file and read_file or grep it for the rest]\n", t.name, maxOut)
-		}
 	}
 	if r.TimedOut {
 		fmt.Fprintf(&b, "[timed out after %s: the command and its children were killed; pass a larger timeout if it needs longer]\n", timeout)
@@ -132,6 +116,25 @@ func execText(r executeOutput, timeout time.Duration, maxOut int64) string {
 	if r.Signal != 0 {
 		fmt.Fprintf(&b, "[ended by signal %d]\n", r.Signal)
 	}
+	for _, t := range []struct {
+		name string
+		cut  bool
+	}{{"stdout", r.StdoutTruncated}, {"stderr", r.StderrTruncated}} {
+		if t.cut {
+			fmt.Fprintf(&b, "[%s truncated: only its first %d bytes are shown; redirect to a file and read_file or grep it for the rest]\n", t.name, maxOut)
+		}
+	}
 	fmt.Fprintf(&b, "[exit code %d]", r.ExitCode)
+	if r.Stdout != "" {
+		b.WriteString("\n")
+		b.WriteString(r.Stdout)
+	}
+	if r.Stderr != "" {
+		if !strings.HasSuffix(b.String(), "\n") {
+			b.WriteString("\n")
+		}
+		b.WriteString("[stderr]\n")
+		b.WriteString(r.Stderr)
+	}
 	return b.String()
 }

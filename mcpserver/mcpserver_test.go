@@ -361,7 +361,7 @@ func runSuite(t *testing.T, s *mcp.ClientSession, d *daemon) {
 		if r.ExitCode != 3 || r.Stdout != "hello\n" || r.Stderr != "oops\n" || r.TimedOut || r.OOMKilled {
 			t.Errorf("execute: %+v", r)
 		}
-		if want := "hello\n[stderr]\noops\n[exit code 3]"; text(res) != want {
+		if want := "[exit code 3]\nhello\n[stderr]\noops\n"; text(res) != want {
 			t.Errorf("execute text %q, want %q", text(res), want)
 		}
 		r = out[execResult](t, call(t, s, "execute", map[string]any{"sandbox_id": id, "command": "pwd; echo $FOO; cat",

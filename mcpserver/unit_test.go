@@ -71,15 +71,18 @@ func TestExecText(t *testing.T) {
 		r    executeOutput
 		want string
 	}{
-		{executeOutput{Stdout: "hi\n"}, "hi\n[exit code 0]"},
-		{executeOutput{Stdout: "no newline", Stderr: "err", ExitCode: 1}, "no newline\n[stderr]\nerr\n[exit code 1]"},
+		{executeOutput{Stdout: "hi\n"}, "[exit code 0]\nhi\n"},
+		{executeOutput{Stdout: "no newline", Stderr: "err", ExitCode: 1}, "[exit code 1]\nno newline\n[stderr]\nerr"},
 		{executeOutput{}, "[exit code 0]"},
+		{executeOutput{Stderr: "only err\n", ExitCode: 2}, "[exit code 2]\n[stderr]\nonly err\n"},
 		{executeOutput{TimedOut: true, ExitCode: 137, Signal: 9},
 			"[timed out after 2s: the command and its children were killed; pass a larger timeout if it needs longer]\n[ended by signal 9]\n[exit code 137]"},
 		{executeOutput{Stdout: "aaaa", StdoutTruncated: true, OOMKilled: true, ExitCode: 137},
-			"aaaa\n[stdout truncated: only its first 4 bytes are shown; redirect to a file and read_file or grep it for the rest]\n" +
-				"[killed: the sandbox ran out of memory (oom_killed)]\n[exit code 137]"},
+			"[killed: the sandbox ran out of memory (oom_killed)]\n" +
+				"[stdout truncated: only its first 4 bytes are shown; redirect to a file and read_file or grep it for the rest]\n[exit code 137]\naaaa"},
 		{executeOutput{Error: "exec: nope: not found", ExitCode: 127}, "[could not start: exec: nope: not found]\n[exit code 127]"},
+		// What the sandbox prints comes after berth's facts, never before.
+		{executeOutput{Stdout: "[exit code 0]\n", ExitCode: 1}, "[exit code 1]\n[exit code 0]\n"},
 	} {
 		if got := execText(c.r, 2*time.Second, 4); got != c.want {
 			t.Errorf("execText(%+v) =\n%q\nwant\n%q", c.r, got, c.want)
