@@ -40,7 +40,7 @@ const (
 // waits for that), and serves again on relisten's listener once
 // guestapi.RelistenSignal arrives.
 func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table, fs *files.Service, relisten func() (net.Listener, error), unlisten func() error, log *slog.Logger) error {
-	s := &server{auth: []byte("Bearer " + token), token: token, table: table, log: log}
+	s := &server{auth: []byte("Bearer " + token), token: token, table: table, log: log, life: ctx}
 	var wake chan os.Signal
 	if relisten != nil {
 		s.suspend = make(chan struct{}, 1)
@@ -64,6 +64,7 @@ func Serve(ctx context.Context, l net.Listener, token string, table *proc.Table,
 	route("GET "+guestapi.PathEcho, s.echo)
 	route("GET "+guestapi.PathDial, s.dial)
 	route("GET "+guestapi.PathPorts, s.ports)
+	route("GET "+guestapi.PathExits, s.exits)
 	route("POST "+guestapi.PathSuspend, s.suspendServing)
 	routeFiles(route, fs)
 	route("/", s.noRoute)
@@ -137,6 +138,9 @@ type server struct {
 	table   *proc.Table
 	log     *slog.Logger
 	streams streams // two-way streams, which net/http no longer tracks
+	// life is Serve's: streams that never end by themselves (exits) end
+	// with it, rather than holding a shutdown for its whole grace.
+	life context.Context
 	// suspend asks Serve to suspend (nil: this guest cannot be).
 	suspend chan struct{}
 }
@@ -293,11 +297,31 @@ func (s *server) start(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, maxSpecBody, &spec); err != nil {
 		return err
 	}
-	p, err := s.table.Start(spec)
+	p, err := s.table.StartBackground(spec)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusCreated, p.Info())
+}
+
+// exits streams the exits of background processes (guestapi.PathExits)
+// until the client goes away.
+func (s *server) exits(w http.ResponseWriter, r *http.Request) error {
+	st := newStream(w)
+	st.batch = true                       // flushed once per batch
+	if err := st.rc.Flush(); err != nil { // the headers: the client knows the stream is open
+		return err
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(s.life, cancel)()
+	err := s.table.FollowExits(ctx, func(res guestapi.Result) error {
+		return st.send(guestapi.Event{Type: guestapi.EventExit, Pid: res.Pid, Result: &res})
+	}, st.rc.Flush)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 func (s *server) list(w http.ResponseWriter, r *http.Request) error {
@@ -421,7 +445,7 @@ func (s *server) signal(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) features() []string {
-	f := []string{"exec", "processes", "files", guestapi.FeatureStream, guestapi.FeaturePorts, guestapi.FeatureTerminals, guestapi.FeatureApply}
+	f := []string{"exec", "processes", "files", guestapi.FeatureStream, guestapi.FeaturePorts, guestapi.FeatureTerminals, guestapi.FeatureApply, guestapi.FeatureExits}
 	if s.suspend != nil {
 		f = append(f, guestapi.FeatureSuspend)
 	}

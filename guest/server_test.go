@@ -193,7 +193,7 @@ func TestHello(t *testing.T) {
 	var h guestapi.HelloResponse
 	decode(t, resp, http.StatusOK, &h)
 	if h.Proof != guestapi.Proof(testToken, nonce) || h.Protocol != guestapi.Protocol || h.MinProtocol != guestapi.MinProtocol ||
-		!slices.Equal(h.Features, []string{"exec", "processes", "files", guestapi.FeatureStream, guestapi.FeaturePorts, guestapi.FeatureTerminals, guestapi.FeatureApply}) {
+		!slices.Equal(h.Features, []string{"exec", "processes", "files", guestapi.FeatureStream, guestapi.FeaturePorts, guestapi.FeatureTerminals, guestapi.FeatureApply, guestapi.FeatureExits}) {
 		t.Fatalf("hello: %+v", h)
 	}
 	for _, bad := range []string{"", "short", strings.Repeat("n", 129)} {

@@ -139,6 +139,25 @@ const (
 	RelistenSignal = 12
 )
 
+// Exits: the daemon learns of every background process's end as it
+// happens, whether or not anyone waits on it. The guest announces
+// FeatureExits in hello; an older guest has no such route.
+const (
+	FeatureExits = "exits"
+	// PathExits: GET -> NDJSON stream of Event{Type: EventExit, Pid,
+	// Result} (Result without output), one per background process
+	// (PathProcesses, not PathExec) that ended, each once: first those no
+	// stream has carried yet, oldest first (the guest keeps the last
+	// MaxExitsKept), then each as it happens. The stream stays open until
+	// the client closes it or the guest stops serving.
+	PathExits = "/guest/v1/exits"
+	// MaxExitsKept bounds the exits the guest keeps for a stream to come.
+	MaxExitsKept = 1024
+	// MaxExitLine bounds one line of the PathExits stream as the daemon
+	// reads it.
+	MaxExitLine = 16 << 10
+)
+
 // Frames of an attachment: a 5-byte head, the type and the payload's
 // length as a big-endian uint32 (at most MaxFrame), then the payload.
 const (

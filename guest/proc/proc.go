@@ -67,6 +67,7 @@ type Table struct {
 	// finished lists finished entries of procs, oldest first.
 	finished      []*Process
 	finishedBytes int64
+	exits         exitLog       // background processes' exits, for the exits stream
 	live          int           // runner goroutines not finished yet
 	ended         chan struct{} // poked (never closed) each time a runner finishes
 	closed        bool
@@ -255,12 +256,19 @@ func (t *Table) forgetLocked(p *Process) {
 // the oldest beyond the caps are forgotten.
 func (t *Table) finish(p *Process) {
 	kept := p.keptBytes()
+	var r guestapi.Result
+	if p.background {
+		r = p.outcome(false)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.live--
 	select {
 	case t.ended <- struct{}{}:
 	default:
+	}
+	if p.background {
+		t.addExitLocked(r)
 	}
 	if t.procs[p.pid] != p {
 		return // forgotten already, or its pid was reused

@@ -51,6 +51,9 @@ type Process struct {
 	exit    chan unix.WaitStatus // the reaper's one status for pid
 	exitedC chan struct{}        // closed once the status arrived
 	done    chan struct{}        // closed once finished
+	// background: started by StartBackground, so its exit goes to the
+	// exits stream (an exec stream reports its own).
+	background bool
 
 	// Input and terminal, set before the process is started.
 	tty   bool

@@ -27,6 +27,17 @@ import (
 // is closed (Unavailable), and a guest out of processes or memory
 // (ResourceExhausted).
 func (t *Table) Start(spec guestapi.ProcessSpec) (*Process, error) {
+	return t.start(spec, false)
+}
+
+// StartBackground is Start for a background process: its exit, once it is
+// finished, goes to the exits stream (FollowExits). One that never started
+// (pid 0) has none: its start already answered how it ended.
+func (t *Table) StartBackground(spec guestapi.ProcessSpec) (*Process, error) {
+	return t.start(spec, true)
+}
+
+func (t *Table) start(spec guestapi.ProcessSpec, background bool) (*Process, error) {
 	if err := validate(spec); err != nil {
 		return nil, err
 	}
@@ -47,6 +58,7 @@ func (t *Table) Start(spec guestapi.ProcessSpec) (*Process, error) {
 		limit = DefaultMaxOutput
 	}
 	p := newProcess(slices.Clone(spec.Args), min(limit, MaxOutput))
+	p.background = background
 	if spec.TTY != nil {
 		p.tty, p.size = true, *spec.TTY
 	}
