@@ -277,13 +277,14 @@ func (m *Manager) StartProcess(ctx context.Context, tenant, id string, req api.E
 			"tty, open_stdin: the guest of sandbox %s predates terminals (a sandbox started by an older berth): stop and start it", id)
 	}
 	before, known := m.oomKills(ctx, ls, id)
+	// An exit the exits follower reads meanwhile waits for this start.
+	ls.starts.RLock()
+	defer ls.starts.RUnlock()
 	info, err := ls.guest.Start(ctx, processSpec(m.specOf(ls), req))
 	if err != nil {
 		return api.Process{}, m.gone(id, err)
 	}
-	if known {
-		ls.rememberStart(info.Pid, before)
-	}
+	ls.rememberStart(info.Pid, before, known)
 	p := processToAPI(info)
 	m.explain(ctx, ls, id, before, known, p.Result)
 	m.emit(id, api.ProcessStarted, func(e *api.SandboxEvent) { e.Pid = p.Pid })

@@ -135,6 +135,27 @@ type liveSandbox struct {
 	layers []string
 	// token caches the sandbox's port access token once read.
 	token atomic.Pointer[string]
+	// stopExits stops the goroutine that follows its guest's exits stream
+	// (a no-op when there is none); set by followExits before it is live.
+	stopExits context.CancelFunc
+	// starts is read-held by each StartProcess from its request to the
+	// guest until it published the start, and held by the exits follower
+	// while it publishes an exit.
+	starts sync.RWMutex
+}
+
+// close stops what the daemon runs for a sandbox that is no longer live
+// and drops its guest connections.
+func (ls *liveSandbox) close() {
+	ls.endExits()
+	ls.guest.Close()
+}
+
+// endExits stops the exits follower, if there is one.
+func (ls *liveSandbox) endExits() {
+	if ls.stopExits != nil {
+		ls.stopExits()
+	}
 }
 
 // New returns a manager over the available runtimes, reading their
@@ -348,6 +369,7 @@ func (m *Manager) connect(ctx context.Context, id, tenant string, inst *runtime.
 	}
 	ls := &liveSandbox{inst: inst, tier: t, guest: gc, spec: spec, hits: hits, net: nsb, layers: layers, features: hello.Features}
 	ls.lastActive.Store(m.cfg.Now().UnixNano())
+	m.followExits(id, ls)
 	m.mu.Lock()
 	m.live[id] = ls
 	m.mu.Unlock()
@@ -377,7 +399,7 @@ func (m *Manager) watch(id string, inst *runtime.Instance) {
 	if !mine {
 		return // stopped or deleted on purpose
 	}
-	ls.guest.Close()
+	ls.close()
 	reason := "its init exited unexpectedly: start it again"
 	if sp, ok := ls.tier.stats(); ok {
 		if n, err := sp.OOMKills(context.Background(), id); err == nil && n > 0 && ls.spec.Limits.MemoryBytes > 0 {
@@ -555,7 +577,7 @@ func (m *Manager) drop(id string) {
 	delete(m.live, id)
 	m.mu.Unlock()
 	if ok {
-		ls.guest.Close()
+		ls.close()
 		if ls.net != nil {
 			ls.net.Close()
 		}

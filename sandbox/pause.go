@@ -185,6 +185,7 @@ func (m *Manager) checkpoint(ctx context.Context, tenant, id string) (api.Sandbo
 	m.mu.Lock()
 	delete(m.live, id)
 	m.mu.Unlock()
+	ls.endExits()
 	state, err := cp.Checkpoint(ctx, id, rec.RuntimeState)
 	if err != nil {
 		if aerr := m.attach(context.WithoutCancel(ctx), rec); aerr != nil {

@@ -85,10 +85,16 @@ func (m *Manager) explain(ctx context.Context, ls *liveSandbox, id string, befor
 	}
 }
 
-// rememberStart records the OOM count when a background process starts.
-func (ls *liveSandbox) rememberStart(pid int, count int64) {
+// rememberStart records the OOM count when a background process starts
+// (known: the count could be read), and that its exit is unseen.
+func (ls *liveSandbox) rememberStart(pid int, count int64, known bool) {
 	ls.oom.mu.Lock()
 	defer ls.oom.mu.Unlock()
+	if !known {
+		delete(ls.oom.before, pid)
+		delete(ls.oom.seen, pid) // a reused pid is a new process
+		return
+	}
 	if ls.oom.before == nil {
 		ls.oom.before = map[int]int64{}
 	}
