@@ -302,6 +302,21 @@ async def test_persist_streams_the_workspace_under_a_byte_cap(sbx: BerthSandboxC
             await session.persist_workspace()
 
 
+async def test_read_streams_a_file_under_a_byte_cap(sbx: BerthSandboxClient) -> None:
+    # read() is the sandbox's file whole: spooled (not held in memory) and refused past
+    # max_read_bytes, since a sparse file of any size costs the sandbox nothing.
+    async with await sbx.create(options=BerthSandboxClientOptions(max_read_bytes=1 << 20)) as session:
+        assert (await session.exec("truncate -s 2G /workspace/sparse && printf hi > /workspace/small")).ok()
+        before = _peak_rss_mib()
+        with pytest.raises(WorkspaceArchiveReadError) as ei:
+            await session.read("/workspace/sparse")
+        assert _peak_rss_mib() - before < 64
+        assert ei.value.context["reason"] == "file_too_large" and "max_read_bytes" in str(ei.value)
+        assert (await session.read("/workspace/small")).read() == b"hi"
+        with pytest.raises(WorkspaceReadNotFoundError):
+            await session.read("/workspace/missing")
+
+
 async def test_exec_timeout_kills_the_command(sbx: BerthSandboxClient) -> None:
     async with await sbx.create() as session:
         t0 = time.monotonic()

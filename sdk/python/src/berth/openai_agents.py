@@ -143,6 +143,9 @@ class BerthSandboxClientOptions(BaseSandboxClientOptions):
     ``max_workspace_archive_bytes``: the most of the workspace's tar that
     ``persist_workspace`` takes (1 GiB by default; it is spooled to a temporary
     file, not held in memory, and a larger one is refused).
+    ``max_read_bytes``: the largest file ``read`` returns (1 GiB by default;
+    spooled the same way: the sandbox decides a file's size, a sparse one
+    costs it nothing).
     """
 
     type: Literal["berth"] = "berth"
@@ -162,6 +165,7 @@ class BerthSandboxClientOptions(BaseSandboxClientOptions):
     delete_after: float | None = Field(default=None, ge=0)
     on_exit: OnExit = "delete"
     max_workspace_archive_bytes: int = Field(default=1 << 30, gt=0)
+    max_read_bytes: int = Field(default=1 << 30, gt=0)
 
     @field_validator("exposed_ports")
     @classmethod
@@ -431,15 +435,44 @@ class BerthSandboxSession(BaseSandboxSession):
     async def read(self, path: Path | str, *, user: str | User | None = None) -> io.IOBase:
         error_path = posix_path_as_path(coerce_posix_path(path))
         where = sandbox_path_str(await self._validate_path_access(path))
+        cap = self.state.options.max_read_bytes
+        spool = tempfile.SpooledTemporaryFile(max_size=_ARCHIVE_SPOOL_BYTES)
         try:
-            data = await self._call(lambda: self._sb.download(where, user=_user_name(user)))
+            await self._call(lambda: self._spool_file(where, _user_name(user), spool, cap))
+        except _ArchiveTooLarge:
+            spool.close()
+            detail = f"{where} is larger than max_read_bytes ({cap} bytes; sparse files count in full)"
+            err = WorkspaceArchiveReadError(
+                path=error_path, context={"backend": "berth", "reason": "file_too_large", "max_bytes": cap, "detail": detail}
+            )
+            err.message = f"{err.message}: {detail}"
+            err.args = (err.message,)
+            raise err from None
         except NotFound as e:
+            spool.close()
             raise WorkspaceReadNotFoundError(path=error_path, context={"backend": "berth"}, cause=e) from e
         except BerthError as e:
+            spool.close()
             raise WorkspaceArchiveReadError(
                 path=error_path, context={"backend": "berth", "error_class": e.error_class, "reason": e.reason or ""}, cause=e
             ) from e
-        return io.BytesIO(data)
+        spool.seek(0)
+        return cast("io.IOBase", spool)
+
+    async def _spool_file(self, where: str, user: str | None, spool: Any, cap: int) -> None:
+        """Stream the file at ``where`` into ``spool``, refusing it past ``cap`` bytes."""
+        spool.seek(0)
+        spool.truncate()
+        got = 0
+        chunks = self._sb.download_stream(where, user=user)
+        try:
+            async for chunk in chunks:
+                got += len(chunk)
+                if got > cap:
+                    raise _ArchiveTooLarge
+                spool.write(chunk)
+        finally:
+            await chunks.aclose()
 
     async def _read_bounded(self, path: Path, *, max_bytes: int) -> bytes:
         where = sandbox_path_str(await self._validate_path_access(path))
