@@ -39,7 +39,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
@@ -237,7 +237,23 @@ def _read_all(data: io.IOBase) -> Any:
 
 
 class _ArchiveTooLarge(Exception):
-    """The workspace's tar went past max_workspace_archive_bytes."""
+    """A download from the sandbox went past its cap (max_workspace_archive_bytes or max_read_bytes)."""
+
+
+async def _spool(chunks: AsyncGenerator[bytes, None], spool: Any, cap: int) -> None:
+    """Copy ``chunks`` (a download from the sandbox) into ``spool`` from its start,
+    raising _ArchiveTooLarge past ``cap`` bytes; the download ends either way."""
+    spool.seek(0)
+    spool.truncate()
+    got = 0
+    try:
+        async for chunk in chunks:
+            got += len(chunk)
+            if got > cap:
+                raise _ArchiveTooLarge
+            spool.write(chunk)
+    finally:
+        await chunks.aclose()
 
 
 class BerthSandboxSession(BaseSandboxSession):
@@ -438,7 +454,7 @@ class BerthSandboxSession(BaseSandboxSession):
         cap = self.state.options.max_read_bytes
         spool = tempfile.SpooledTemporaryFile(max_size=_ARCHIVE_SPOOL_BYTES)
         try:
-            await self._call(lambda: self._spool_file(where, _user_name(user), spool, cap))
+            await self._call(lambda: _spool(self._sb.download_stream(where, user=_user_name(user)), spool, cap))
         except _ArchiveTooLarge:
             spool.close()
             detail = f"{where} is larger than max_read_bytes ({cap} bytes; sparse files count in full)"
@@ -458,21 +474,6 @@ class BerthSandboxSession(BaseSandboxSession):
             ) from e
         spool.seek(0)
         return cast("io.IOBase", spool)
-
-    async def _spool_file(self, where: str, user: str | None, spool: Any, cap: int) -> None:
-        """Stream the file at ``where`` into ``spool``, refusing it past ``cap`` bytes."""
-        spool.seek(0)
-        spool.truncate()
-        got = 0
-        chunks = self._sb.download_stream(where, user=user)
-        try:
-            async for chunk in chunks:
-                got += len(chunk)
-                if got > cap:
-                    raise _ArchiveTooLarge
-                spool.write(chunk)
-        finally:
-            await chunks.aclose()
 
     async def _read_bounded(self, path: Path, *, max_bytes: int) -> bytes:
         where = sandbox_path_str(await self._validate_path_access(path))
@@ -500,21 +501,6 @@ class BerthSandboxSession(BaseSandboxSession):
 
     # workspace archives
 
-    async def _spool_archive(self, root: str, spool: Any, cap: int) -> None:
-        """Stream the tar of ``root`` into ``spool``, refusing it past ``cap`` bytes."""
-        spool.seek(0)
-        spool.truncate()
-        got = 0
-        chunks = self._sb.download_archive_stream(root)
-        try:
-            async for chunk in chunks:
-                got += len(chunk)
-                if got > cap:
-                    raise _ArchiveTooLarge
-                spool.write(chunk)
-        finally:
-            await chunks.aclose()
-
     async def persist_workspace(self) -> io.IOBase:
         root = sandbox_path_str(self.state.manifest.root)
         name = posixpath.basename(root.rstrip("/"))
@@ -524,7 +510,7 @@ class BerthSandboxSession(BaseSandboxSession):
         spool = tempfile.SpooledTemporaryFile(max_size=_ARCHIVE_SPOOL_BYTES)
         try:
             # The tree comes under its own name; members are made relative to the root below.
-            await self._call(lambda: self._spool_archive(root, spool, cap))
+            await self._call(lambda: _spool(self._sb.download_archive_stream(root), spool, cap))
         except _ArchiveTooLarge:
             spool.close()
             detail = (
