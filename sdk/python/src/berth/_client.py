@@ -650,8 +650,53 @@ class _FileMixin:
 
     id: str
 
-    def _fs(self, op: str, body: dict[str, Any]) -> _Call:
-        return _Ops.fs(self.id, op, _drop_none(body))
+    def _fs(self, op: str, body: dict[str, Any], parse: Callable[[Any], Any] | None = None) -> _Call:
+        """The call of file tool ``op``; ``parse`` turns its JSON answer into the result."""
+        call = _Ops.fs(self.id, op, _drop_none(body))
+        if parse is not None:
+            call.parse = lambda r: parse(r.json())
+        return call
+
+    def _upload_files(self, files: Sequence[tuple[str, bytes]], user: str | None) -> _Call:
+        body = {"files": [{"path": p, "content": base64.b64encode(c).decode()} for p, c in files], "user": user}
+        return self._fs("upload", body, lambda j: j["results"])
+
+    def _download_files(self, paths: Sequence[str], user: str | None) -> _Call:
+        return self._fs("download", {"paths": list(paths), "user": user}, lambda j: [_decode_content(r) for r in j["results"]])
+
+    def _exists(self, path: str, w: Mapping[str, Any]) -> _Call:
+        return self._fs("exists", {"path": path, **w}, lambda j: bool(j["exists"]))
+
+    def _list(self, path: str, depth: int | None, w: Mapping[str, Any]) -> _Call:
+        return self._fs("list", {"path": path, "depth": depth, **w})
+
+    def _mkdir(self, path: str, parents: bool, mode: int | None, w: Mapping[str, Any]) -> _Call:
+        return self._fs("mkdir", {"path": path, "parents": parents, "mode": mode, **w})
+
+    def _move(self, src: str, dst: str, overwrite: bool, w: Mapping[str, Any]) -> _Call:
+        return self._fs("move", {"from": src, "to": dst, "overwrite": overwrite, **w})
+
+    def _remove(self, path: str, recursive: bool, force: bool, w: Mapping[str, Any]) -> _Call:
+        return self._fs("remove", {"path": path, "recursive": recursive, "force": force, **w})
+
+    def _read(self, path: str, offset: int, limit: int | None, w: Mapping[str, Any]) -> _Call:
+        return self._fs("read", {"path": path, "offset": offset, "limit": limit, **w})
+
+    def _write(self, path: str, content: str, create_only: bool, w: Mapping[str, Any]) -> _Call:
+        return self._fs("write", {"path": path, "content": content, "create_only": create_only, **w})
+
+    def _edit(self, path: str, old: str, new: str, replace_all: bool, w: Mapping[str, Any]) -> _Call:
+        body = {"path": path, "old": old, "new": new, "replace_all": replace_all, **w}
+        return self._fs("edit", body, lambda j: int(j["occurrences"]))
+
+    def _glob(self, pattern: str, path: str | None, limit: int | None, w: Mapping[str, Any]) -> _Call:
+        return self._fs("glob", {"pattern": pattern, "path": path, "limit": limit, **w})
+
+    def _grep(
+        self, pattern: str, path: str | None, glob: str | None, regex: bool, ignore_case: bool, limit: int | None, w: Mapping[str, Any]
+    ) -> _Call:
+        body = {"pattern": pattern, "path": path, "glob": glob, "regex": regex, "ignore_case": ignore_case, "limit": limit, **w}
+        return self._fs("grep", body)
 
 
 class _PortsMixin:
@@ -970,46 +1015,43 @@ class Sandbox(_FileMixin, _PortsMixin):
 
     def upload_files(self, files: Sequence[tuple[str, bytes]], *, user: str | None = None) -> list[dict[str, Any]]:
         """Write many files; each result has ``path`` and, on failure, ``error``."""
-        body = {"files": [{"path": p, "content": base64.b64encode(c).decode()} for p, c in files], "user": user}
-        return self._c._send(self._fs("upload", body))["results"]
+        return self._c._send(self._upload_files(files, user))
 
     def download_files(self, paths: Sequence[str], *, user: str | None = None) -> list[dict[str, Any]]:
         """Read many files; each result has ``path`` and ``content`` (bytes) or ``error``."""
-        res = self._c._send(self._fs("download", {"paths": list(paths), "user": user}))["results"]
-        return [_decode_content(r) for r in res]
+        return self._c._send(self._download_files(paths, user))
 
     def stat(self, path: str, **w: Any) -> FileInfo:
         return self._c._send(self._fs("stat", {"path": path, **w}))
 
     def exists(self, path: str, **w: Any) -> bool:
-        return bool(self._c._send(self._fs("exists", {"path": path, **w}))["exists"])
+        return self._c._send(self._exists(path, w))
 
     def ls(self, path: str, *, depth: int | None = None, **w: Any) -> ListResult:
-        return self._c._send(self._fs("list", {"path": path, "depth": depth, **w}))
+        return self._c._send(self._list(path, depth, w))
 
     def mkdir(self, path: str, *, parents: bool = True, mode: int | None = None, **w: Any) -> FileInfo:
-        return self._c._send(self._fs("mkdir", {"path": path, "parents": parents, "mode": mode, **w}))
+        return self._c._send(self._mkdir(path, parents, mode, w))
 
     def move(self, src: str, dst: str, *, overwrite: bool = False, **w: Any) -> FileInfo:
-        return self._c._send(self._fs("move", {"from": src, "to": dst, "overwrite": overwrite, **w}))
+        return self._c._send(self._move(src, dst, overwrite, w))
 
     def remove(self, path: str, *, recursive: bool = False, force: bool = False, **w: Any) -> None:
-        self._c._send(self._fs("remove", {"path": path, "recursive": recursive, "force": force, **w}))
+        self._c._send(self._remove(path, recursive, force, w))
 
     def read(self, path: str, *, offset: int = 0, limit: int | None = None, **w: Any) -> ReadResult:
         """A page of a text file's numbered lines."""
-        return self._c._send(self._fs("read", {"path": path, "offset": offset, "limit": limit, **w}))
+        return self._c._send(self._read(path, offset, limit, w))
 
     def write(self, path: str, content: str, *, create_only: bool = False, **w: Any) -> FileInfo:
-        return self._c._send(self._fs("write", {"path": path, "content": content, "create_only": create_only, **w}))
+        return self._c._send(self._write(path, content, create_only, w))
 
     def edit(self, path: str, old: str, new: str, *, replace_all: bool = False, **w: Any) -> int:
         """Replace ``old`` with ``new``; returns the number of occurrences replaced."""
-        body = {"path": path, "old": old, "new": new, "replace_all": replace_all, **w}
-        return int(self._c._send(self._fs("edit", body))["occurrences"])
+        return self._c._send(self._edit(path, old, new, replace_all, w))
 
     def glob(self, pattern: str, path: str | None = None, *, limit: int | None = None, **w: Any) -> GlobResult:
-        return self._c._send(self._fs("glob", {"pattern": pattern, "path": path, "limit": limit, **w}))
+        return self._c._send(self._glob(pattern, path, limit, w))
 
     def grep(
         self,
@@ -1022,8 +1064,7 @@ class Sandbox(_FileMixin, _PortsMixin):
         limit: int | None = None,
         **w: Any,
     ) -> GrepResult:
-        body = {"pattern": pattern, "path": path, "glob": glob, "regex": regex, "ignore_case": ignore_case, "limit": limit, **w}
-        return self._c._send(self._fs("grep", body))
+        return self._c._send(self._grep(pattern, path, glob, regex, ignore_case, limit, w))
 
 
 _EXEC_KW = ("env", "cwd", "user", "stdin", "timeout", "max_output_bytes")
@@ -1383,12 +1424,10 @@ class AsyncSandbox(_FileMixin, _PortsMixin):
                 yield chunk
 
     async def upload_files(self, files: Sequence[tuple[str, bytes]], *, user: str | None = None) -> list[dict[str, Any]]:
-        body = {"files": [{"path": p, "content": base64.b64encode(c).decode()} for p, c in files], "user": user}
-        return (await self._c._send(self._fs("upload", body)))["results"]
+        return await self._c._send(self._upload_files(files, user))
 
     async def download_files(self, paths: Sequence[str], *, user: str | None = None) -> list[dict[str, Any]]:
-        res = (await self._c._send(self._fs("download", {"paths": list(paths), "user": user})))["results"]
-        return [_decode_content(r) for r in res]
+        return await self._c._send(self._download_files(paths, user))
 
     async def fs(self, op: str, **body: Any) -> Any:
         """Any file operation by name (stat, exists, list, mkdir, move, remove, read, write, edit, glob, grep)."""
@@ -1398,34 +1437,33 @@ class AsyncSandbox(_FileMixin, _PortsMixin):
         return await self._c._send(self._fs("stat", {"path": path, **w}))
 
     async def exists(self, path: str, **w: Any) -> bool:
-        return bool((await self._c._send(self._fs("exists", {"path": path, **w})))["exists"])
+        return await self._c._send(self._exists(path, w))
 
     async def ls(self, path: str, *, depth: int | None = None, **w: Any) -> ListResult:
-        return await self._c._send(self._fs("list", {"path": path, "depth": depth, **w}))
+        return await self._c._send(self._list(path, depth, w))
 
     async def mkdir(self, path: str, *, parents: bool = True, mode: int | None = None, **w: Any) -> FileInfo:
-        return await self._c._send(self._fs("mkdir", {"path": path, "parents": parents, "mode": mode, **w}))
+        return await self._c._send(self._mkdir(path, parents, mode, w))
 
     async def move(self, src: str, dst: str, *, overwrite: bool = False, **w: Any) -> FileInfo:
-        return await self._c._send(self._fs("move", {"from": src, "to": dst, "overwrite": overwrite, **w}))
+        return await self._c._send(self._move(src, dst, overwrite, w))
 
     async def remove(self, path: str, *, recursive: bool = False, force: bool = False, **w: Any) -> None:
-        await self._c._send(self._fs("remove", {"path": path, "recursive": recursive, "force": force, **w}))
+        await self._c._send(self._remove(path, recursive, force, w))
 
     async def read(self, path: str, *, offset: int = 0, limit: int | None = None, **w: Any) -> ReadResult:
         """As :meth:`Sandbox.read`: a page of a text file's numbered lines."""
-        return await self._c._send(self._fs("read", {"path": path, "offset": offset, "limit": limit, **w}))
+        return await self._c._send(self._read(path, offset, limit, w))
 
     async def write(self, path: str, content: str, *, create_only: bool = False, **w: Any) -> FileInfo:
-        return await self._c._send(self._fs("write", {"path": path, "content": content, "create_only": create_only, **w}))
+        return await self._c._send(self._write(path, content, create_only, w))
 
     async def edit(self, path: str, old: str, new: str, *, replace_all: bool = False, **w: Any) -> int:
         """As :meth:`Sandbox.edit`: the number of occurrences replaced."""
-        body = {"path": path, "old": old, "new": new, "replace_all": replace_all, **w}
-        return int((await self._c._send(self._fs("edit", body)))["occurrences"])
+        return await self._c._send(self._edit(path, old, new, replace_all, w))
 
     async def glob(self, pattern: str, path: str | None = None, *, limit: int | None = None, **w: Any) -> GlobResult:
-        return await self._c._send(self._fs("glob", {"pattern": pattern, "path": path, "limit": limit, **w}))
+        return await self._c._send(self._glob(pattern, path, limit, w))
 
     async def grep(
         self,
@@ -1438,8 +1476,7 @@ class AsyncSandbox(_FileMixin, _PortsMixin):
         limit: int | None = None,
         **w: Any,
     ) -> GrepResult:
-        body = {"pattern": pattern, "path": path, "glob": glob, "regex": regex, "ignore_case": ignore_case, "limit": limit, **w}
-        return await self._c._send(self._fs("grep", body))
+        return await self._c._send(self._grep(pattern, path, glob, regex, ignore_case, limit, w))
 
     async def set_network(self, network: str | Mapping[str, Any] | None = None, *, allow: Sequence[str] | None = None) -> SandboxInfo:
         self.info = await self._c._send(_Ops.set_network(self.id, _network(network, allow) or {"mode": "none"}))
