@@ -114,19 +114,7 @@ func (d *daemon) start() {
 		t.Fatal(err)
 	}
 	d.client = c
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Health(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon did not become ready: %v\n%s", err, d.log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitHealthy(t, c, d.log)
 }
 
 // stop stops the daemon gracefully (SIGTERM) and waits for it.

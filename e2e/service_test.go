@@ -273,7 +273,9 @@ func TestServeNotifiesSystemd(t *testing.T) {
 	}
 }
 
-func waitHealthy(t *testing.T, c *client.Client, log *syncBuffer) {
+// waitHealthy waits up to 30 s for the daemon behind c to answer, failing
+// the test with its log if it does not.
+func waitHealthy(t testing.TB, c *client.Client, log *syncBuffer) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
