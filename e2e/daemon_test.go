@@ -6,12 +6,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,26 +27,9 @@ type daemon struct {
 	url    string
 	args   []string // extra serve flags
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *testutil.Buffer
 	client *client.Client
 	testCA []byte // the test internet's CA, which network tests' sandboxes trust
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startDaemon starts berth serve on a fresh state dir (or state, if given)
@@ -57,7 +38,7 @@ func (s *syncBuffer) String() string {
 // sandboxes they make.
 func startDaemon(t testing.TB, state string, args ...string) *daemon {
 	t.Helper()
-	return startDaemonOn(t, freeAddr(t), state, args...)
+	return startDaemonOn(t, testutil.FreeAddr(t), state, args...)
 }
 
 // startDaemonOn is startDaemon with the daemon listening on listen
@@ -102,7 +83,7 @@ func startDaemonOn(t testing.TB, listen, state string, args ...string) *daemon {
 func (d *daemon) start() {
 	t := d.t
 	t.Helper()
-	d.log = &syncBuffer{}
+	d.log = &testutil.Buffer{}
 	d.cmd = exec.Command(d.bin, append([]string{"serve", "--state-dir", d.state, "--listen", d.listen}, d.args...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -166,15 +147,6 @@ func (d *daemon) cli(stdin string, args ...string) (string, string, int) {
 		d.t.Fatal(err)
 	}
 	return out.String(), errb.String(), code
-}
-
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // traces lists what sandbox id left on the host.

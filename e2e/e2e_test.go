@@ -88,7 +88,7 @@ func TestCLILifecycle(t *testing.T) {
 }
 
 func TestCLINoDaemon(t *testing.T) {
-	d := &daemon{t: t, bin: testutil.Berth(t), url: "http://" + freeAddr(t)}
+	d := &daemon{t: t, bin: testutil.Berth(t), url: "http://" + testutil.FreeAddr(t)}
 	_, errOut, code := d.cli("", "ls")
 	if code == 0 || !strings.Contains(errOut, "not reachable") || !strings.Contains(errOut, d.url) {
 		t.Fatalf("no daemon: exit %d stderr %q", code, errOut)

@@ -159,7 +159,7 @@ func TestSecondDaemonIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, func() bool { return d.guests() == 3 })
-	second := exec.Command(d.bin, "serve", "--state-dir", d.state, "--listen", freeAddr(t))
+	second := exec.Command(d.bin, "serve", "--state-dir", d.state, "--listen", testutil.FreeAddr(t))
 	out, err := second.CombinedOutput()
 	want := "in use by another berth daemon (pid " + strconv.Itoa(d.cmd.Process.Pid) + ","
 	if err == nil || !strings.Contains(string(out), want) {

@@ -833,7 +833,7 @@ func hostAddr(t *testing.T) netip.Addr {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	_, p, _ := net.SplitHostPort(freeAddr(t))
+	_, p, _ := net.SplitHostPort(testutil.FreeAddr(t))
 	n, _ := strconv.Atoi(p)
 	return n
 }

@@ -134,7 +134,7 @@ func TestUnsearchableStateDirRefused(t *testing.T) {
 	if code != 1 || r.OK || fix != "chmod o+x "+parent+" (or pick another --state-dir)" {
 		t.Errorf("doctor exit %d, ok %v, fix %q", code, r.OK, fix)
 	}
-	out, stderr, code := runBerth(t, bin, "serve", "--state-dir", state, "--listen", freeAddr(t), "--warm-pool", "0")
+	out, stderr, code := runBerth(t, bin, "serve", "--state-dir", state, "--listen", testutil.FreeAddr(t), "--warm-pool", "0")
 	if code != 78 || !strings.Contains(stderr, "state_dir") || !strings.Contains(stderr, fix) || strings.Contains(stderr+out, "berth ready") {
 		t.Errorf("serve exit %d:\n%s%s", code, out, stderr)
 	}
@@ -169,7 +169,7 @@ func TestCgoBuiltBerthRefusesToServe(t *testing.T) {
 		t.Errorf("doctor of a cgo build: exit %d, ok %v", code, r.OK)
 	}
 	start := time.Now()
-	out, stderr, code := runBerth(t, bin, "serve", "--state-dir", state, "--listen", freeAddr(t), "--warm-pool", "0")
+	out, stderr, code := runBerth(t, bin, "serve", "--state-dir", state, "--listen", testutil.FreeAddr(t), "--warm-pool", "0")
 	took := time.Since(start)
 	if code != 78 || !strings.Contains(stderr, "static_binary") || !strings.Contains(stderr, "linked with cgo") ||
 		!strings.Contains(stderr, "CGO_ENABLED=0") || strings.Contains(out+stderr, "berth ready") {
@@ -187,7 +187,7 @@ func TestServeConfigFile(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.Berth(t)
 	state := testutil.StateDir(t)
-	listen := freeAddr(t)
+	listen := testutil.FreeAddr(t)
 	file := filepath.Join(state, "config.yaml")
 	text := "# from the file\nlisten: " + listen + "\nstate-dir: " + filepath.Join(state, "s") + "\nwarm-pool: [0]\ndefault-pids: 321\n"
 	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
@@ -205,7 +205,7 @@ func TestServeConfigFile(t *testing.T) {
 
 	// A daemon from the file alone answers where the file says.
 	cmd := exec.Command(bin, "serve", "--config", file)
-	var log syncBuffer
+	var log testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -244,10 +244,10 @@ func TestServeNotifiesSystemd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	listen := freeAddr(t)
+	listen := testutil.FreeAddr(t)
 	cmd := exec.Command(testutil.Berth(t), "serve", "--state-dir", filepath.Join(state, "s"), "--listen", listen, "--warm-pool", "0")
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
-	var log syncBuffer
+	var log testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -275,7 +275,7 @@ func TestServeNotifiesSystemd(t *testing.T) {
 
 // waitHealthy waits up to 30 s for the daemon behind c to answer, failing
 // the test with its log if it does not.
-func waitHealthy(t testing.TB, c *client.Client, log *syncBuffer) {
+func waitHealthy(t testing.TB, c *client.Client, log *testutil.Buffer) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -1,11 +1,8 @@
 package mcpserver_test
 
 import (
-	"bytes"
 	"context"
-	"net"
 	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,24 +17,6 @@ type daemon struct {
 	client *client.Client
 }
 
-// lockedBuffer collects a process's output for the failure log.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startDaemon runs `berth serve` as root on a loopback port with a fresh
 // state directory; when the test ends its sandboxes are deleted and it is
 // stopped (the state directory goes with testutil.StateDir's cleanup).
@@ -45,8 +24,8 @@ func startDaemon(t testing.TB) *daemon {
 	t.Helper()
 	testutil.RequireRoot(t)
 	state := testutil.StateDir(t)
-	addr := freeAddr(t)
-	var log lockedBuffer
+	addr := testutil.FreeAddr(t)
+	var log testutil.Buffer
 	cmd := exec.Command(testutil.Berth(t), "serve", "--state-dir", state, "--listen", addr, "--warm-pool", "0")
 	cmd.Stdout, cmd.Stderr = &log, &log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -84,17 +63,6 @@ func startDaemon(t testing.TB) *daemon {
 			t.Fatalf("daemon did not answer at %s: %v\n%s", d.url, err, log.String())
 		}
 	}
-}
-
-// freeAddr is a loopback address with a port that nothing listens on now.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func mustClient(t testing.TB, url string) *client.Client {

@@ -35,7 +35,7 @@ func newClient() *mcp.Client {
 // stdioSession runs the real `berth mcp` as an MCP host does, over stdio.
 func stdioSession(t testing.TB, url string) *mcp.ClientSession {
 	t.Helper()
-	var stderr lockedBuffer
+	var stderr testutil.Buffer
 	cmd := exec.Command(testutil.Berth(t), "mcp", "--url", url)
 	cmd.Stderr = &stderr
 	s, err := newClient().Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
@@ -55,8 +55,8 @@ func stdioSession(t testing.TB, url string) *mcp.ClientSession {
 // with the SDK's streamable HTTP client.
 func httpSession(t testing.TB, url string) *mcp.ClientSession {
 	t.Helper()
-	addr := freeAddr(t)
-	var stderr lockedBuffer
+	addr := testutil.FreeAddr(t)
+	var stderr testutil.Buffer
 	cmd := exec.Command(testutil.Berth(t), "mcp", "--url", url, "--http", addr)
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -126,7 +126,7 @@ func TestMCPHTTP(t *testing.T) {
 // TestMCPDaemonDown: with no daemon at the URL the server still starts, and
 // a tool call is a tool error that names the URL, over every transport.
 func TestMCPDaemonDown(t *testing.T) {
-	url := "http://" + freeAddr(t)
+	url := "http://" + testutil.FreeAddr(t)
 	for name, connect := range map[string]func(testing.TB, string) *mcp.ClientSession{
 		"stdio": stdioSession, "http": httpSession, "memory": inMemorySession,
 	} {
