@@ -25,7 +25,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import httpx
 
 from ._terminal import AsyncTerminal, Terminal
-from .errors import BerthError, DaemonUnreachable, DeadlineExceeded, InvalidArgument, error_for
+from .errors import SANDBOX_PAUSED, SANDBOX_STOPPED, BerthError, Conflict, DaemonUnreachable, DeadlineExceeded, InvalidArgument, error_for
 from .types import (
     ApplyResult,
     Diff,
@@ -90,6 +90,9 @@ class _Call:
 
 
 _WAIT = httpx.Timeout(None, connect=10.0)
+
+# What brings back a sandbox a call found stopped or paused (Sandbox.recover).
+_RECOVER = {SANDBOX_STOPPED: "start", SANDBOX_PAUSED: "resume"}
 
 
 def _sb(id: str, *rest: str) -> str:
@@ -794,6 +797,20 @@ class Sandbox(_FileMixin, _PortsMixin):
         self.info = self._c._send(_Ops.lifecycle(self.id, "resume"))
         return self.info
 
+    def recover(self, error: BerthError) -> bool:
+        """If ``error`` is the daemon refusing a call, before it ran, because the
+        sandbox was stopped (``sandbox_stopped``) or paused (``sandbox_paused``),
+        start or resume it and return True: the call may then be made again.
+        Else False (a conflict without that reason may have run: never retry it)."""
+        verb = _RECOVER.get(error.reason or "")
+        if verb is None:
+            return False
+        try:
+            self.info = self._c._send(_Ops.lifecycle(self.id, verb))
+        except Conflict:
+            pass  # started or resumed by another caller meanwhile
+        return True
+
     # snapshots, forks, diff and apply
     def snapshot(self, name: str, *, labels: Mapping[str, str] | None = None) -> Snapshot:
         """Capture the sandbox's files as snapshot ``name`` (a running sandbox keeps
@@ -1303,6 +1320,17 @@ class AsyncSandbox(_FileMixin, _PortsMixin):
     async def resume(self) -> SandboxInfo:
         self.info = await self._c._send(_Ops.lifecycle(self.id, "resume"))
         return self.info
+
+    async def recover(self, error: BerthError) -> bool:
+        """As :meth:`Sandbox.recover`."""
+        verb = _RECOVER.get(error.reason or "")
+        if verb is None:
+            return False
+        try:
+            self.info = await self._c._send(_Ops.lifecycle(self.id, verb))
+        except Conflict:
+            pass  # started or resumed by another caller meanwhile
+        return True
 
     async def snapshot(self, name: str, *, labels: Mapping[str, str] | None = None) -> Snapshot:
         """As :meth:`Sandbox.snapshot`."""

@@ -73,7 +73,6 @@ from .errors import (
     SANDBOX_PAUSED,
     SANDBOX_STOPPED,
     BerthError,
-    Conflict,
     DaemonUnreachable,
     InvalidArgument,
     NotFound,
@@ -177,16 +176,9 @@ class BerthSandbox(BaseSandbox):
         try:
             return fn()
         except BerthError as e:
-            if not self._auto_start or e.reason not in (SANDBOX_STOPPED, SANDBOX_PAUSED):
+            if not self._auto_start or not self._sb.recover(e):
                 raise
-            try:
-                if e.reason == SANDBOX_STOPPED:
-                    self._sb.start()
-                else:
-                    self._sb.resume()
-            except Conflict:
-                pass  # started or resumed by another caller meanwhile
-            _log.info("berth sandbox %s was %s; the backend brought it back", self._sb.id, e.reason.removeprefix("sandbox_"))
+            _log.info("berth sandbox %s was %s; the backend brought it back", self._sb.id, (e.reason or "").removeprefix("sandbox_"))
         return fn()
 
     def _model_error(self, e: BerthError) -> str | None:

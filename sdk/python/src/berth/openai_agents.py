@@ -93,7 +93,7 @@ from pydantic import Field, field_validator
 
 from ._client import AsyncBerth, AsyncSandbox
 from ._terminal import AsyncTerminal
-from .errors import SANDBOX_PAUSED, SANDBOX_STOPPED, BerthError, Conflict, DaemonUnreachable, InvalidArgument, NotFound
+from .errors import BerthError, Conflict, DaemonUnreachable, InvalidArgument, NotFound
 
 __all__ = [
     "BerthSandboxClient",
@@ -317,15 +317,8 @@ class BerthSandboxSession(BaseSandboxSession):
         try:
             return await op()
         except Conflict as e:
-            if e.reason not in (SANDBOX_STOPPED, SANDBOX_PAUSED):
+            if not await self._sb.recover(e):
                 raise
-            try:
-                if e.reason == SANDBOX_STOPPED:
-                    await self._sb.start()
-                else:
-                    await self._sb.resume()
-            except Conflict:
-                pass  # started or resumed by another caller meanwhile
             return await op()
 
     def _wrap_start_error(self, error: Exception) -> Exception:
