@@ -267,9 +267,22 @@ func TestNetworkSurvivesStopStartAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	curl("after stop and start")
-	before, err := d.client.Egress(t.Context(), id, client.EgressQuery{})
-	if err != nil {
-		t.Fatal(err)
+	// The log is written off the request path: wait for both requests'
+	// records before the kill, so the check below is about what survives
+	// it, not about what was not yet written.
+	var before []api.EgressRecord
+	if err := testnet.WaitFor(t.Context(), 5*time.Second, func() bool {
+		recs, err := d.client.Egress(t.Context(), id, client.EgressQuery{})
+		n := 0
+		for _, r := range recs {
+			if err == nil && r.Allowed && r.Name == "web.test" && r.Proto == api.EgressHTTP {
+				n++
+			}
+		}
+		before = recs
+		return n >= 2
+	}); err != nil {
+		t.Fatalf("the two requests' egress records never appeared: %+v", before)
 	}
 	d.kill9()
 	t0 := time.Now()
