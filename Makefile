@@ -11,7 +11,7 @@ PKGS    := ./...
 
 .PHONY: build runsc run install install-bin test test-go test-python test-typescript test-e2b test-deps vet bench bench-deps bench-go fuzz clean
 
-build:
+build: dashboard-assets
 	$(GO) build -trimpath -o $(GUEST) ./cmd/berth-guest
 	$(GO) build -trimpath -tags berth_guest_embedded -o $(BIN) ./cmd/berth
 	@chmod 0755 bin $(BIN)
@@ -129,4 +129,29 @@ bench-go: build
 	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchtime 200x -timeout 20m ./e2e/
 
 clean:
-	rm -rf bin $(GUEST) $(VENV) $(E2B_TEST)/.venv $(E2B_TEST)/node/node_modules $(TS_SDK)/node_modules $(TS_SDK)/dist
+	rm -rf bin $(GUEST) dashboard/web/node_modules dashboard/assets/vendor $(VENV) $(E2B_TEST)/.venv $(E2B_TEST)/node/node_modules $(TS_SDK)/node_modules $(TS_SDK)/dist
+
+# The dashboard's browser libraries (xterm.js and its fit addon), from npm
+# at the versions dashboard/web/package-lock.json pins, copied into
+# dashboard/assets/vendor (git-ignored) for go:embed; a build without them
+# serves a dashboard whose terminal says it is unavailable.
+DASH_WEB    := dashboard/web
+DASH_VENDOR := dashboard/assets/vendor/xterm
+.PHONY: dashboard-assets
+dashboard-assets: $(DASH_VENDOR)/.installed
+$(DASH_VENDOR)/.installed: $(DASH_WEB)/package-lock.json
+	cd $(DASH_WEB) && npm ci --no-audit --no-fund --loglevel=error
+	mkdir -p $(DASH_VENDOR)
+	sed '/sourceMappingURL=/d' $(DASH_WEB)/node_modules/@xterm/xterm/lib/xterm.mjs > $(DASH_VENDOR)/xterm.mjs
+	sed '/sourceMappingURL=/d' $(DASH_WEB)/node_modules/@xterm/addon-fit/lib/addon-fit.mjs > $(DASH_VENDOR)/addon-fit.mjs
+	cp $(DASH_WEB)/node_modules/@xterm/xterm/css/xterm.css $(DASH_VENDOR)/xterm.css
+	cp $(DASH_WEB)/node_modules/@xterm/xterm/LICENSE $(DASH_VENDOR)/LICENSE
+	touch $@
+
+# The dashboard alone: its handler's tests, and e2e/dashboard_test.go in a
+# real headless chromium against a real daemon. With
+# BERTH_DASHBOARD_SCREENSHOTS=$(CURDIR)/docs/dashboard it rewrites the
+# screenshots of docs/dashboard.md. (make test-go runs the same tests.)
+.PHONY: test-dashboard
+test-dashboard: build test-deps
+	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 10m -run Dashboard ./dashboard/ ./e2e/

@@ -25,6 +25,7 @@ import (
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/compat/e2b"
+	"github.com/berthsh/berth/dashboard"
 	"github.com/berthsh/berth/hostcheck"
 	"github.com/berthsh/berth/image"
 	"github.com/berthsh/berth/internal/guestbin"
@@ -242,7 +243,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		log.Warn("template builds: the sandboxes of interrupted builds", "err", err)
 	}
 	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics, server.WithPortsDomain(cfg.Domain)),
-		server.ImagesAPI(images, m), server.TemplatesAPI(builder, images), e2bGroup, proxy)
+		server.ImagesAPI(images, m), server.TemplatesAPI(builder, images), e2bGroup, proxy, dashboard.New())
 	return d, nil
 }
 

@@ -24,6 +24,7 @@ command -v mkfs.xfs >/dev/null || [ -x /sbin/mkfs.xfs ] || need+=(xfsprogs)  # a
 [ -x /usr/bin/mmdebstrap ] || need+=(mmdebstrap)                   # builds the Debian image the image tests push
 [ -x /usr/bin/dpkg-deb ] || need+=(dpkg)                           # and the .deb they install inside it
 command -v gcc >/dev/null || need+=(gcc)                          # cgo builds of berth, which doctor, serve and the runtimes refuse
+[ -x /usr/bin/chromium ] || need+=(chromium)                       # the headless browser of the dashboard's test (e2e/dashboard_test.go)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 		echo "tests need: ${need[*]} (install them, as root, with your package manager)" >&2
