@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/internal/testutil"
 )
 
@@ -249,6 +250,9 @@ func TestDashboard(t *testing.T) {
 	// live CPU and memory once two stats have come.
 	step(t, ctx, "create a sandbox",
 		chromedp.SendKeys(chromedp.ID("create-labels"), "owner=dashboard-test, purpose=e2e"),
+		chromedp.SetValue(chromedp.ID("create-network"), "allowlist"),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("create-network").dispatchEvent(new Event("change"))`),
+		chromedp.SendKeys(chromedp.ID("create-allow"), "pypi.org"),
 		chromedp.Click(chromedp.ID("create-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`#sandbox-table tbody tr[data-id]`)))
 	id, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#sandbox-table tbody tr[data-id]").dataset.id`))
@@ -261,6 +265,9 @@ func TestDashboard(t *testing.T) {
 	}
 	if sb.Labels["owner"] != "dashboard-test" || sb.Labels["purpose"] != "e2e" {
 		t.Errorf("created with labels %v, want owner=dashboard-test and purpose=e2e", sb.Labels)
+	}
+	if sb.Network.Mode != api.NetworkAllowlist || len(sb.Network.Allow) != 1 || sb.Network.Allow[0] != "pypi.org" {
+		t.Errorf("created with network %+v, want an allowlist of pypi.org", sb.Network)
 	}
 	row := fmt.Sprintf(`#sandbox-table tr[data-id=%q]`, id)
 	step(t, ctx, "see the sandbox's CPU and memory",
@@ -281,7 +288,8 @@ func TestDashboard(t *testing.T) {
 	step(t, ctx, "open the sandbox",
 		chromedp.Click(chromedp.CSS(row+" td a")),
 		chromedp.WaitVisible(chromedp.CSS("#terminal .xterm")),
-		chromedp.Poll[chromedp.Void](`document.getElementById("terminal-status").textContent.startsWith("connected")`,
+		chromedp.Poll[chromedp.Void](`document.getElementById("terminal-status").textContent.startsWith("connected") &&
+			[...document.querySelectorAll("#terminal .xterm-rows > div")].some((r) => r.textContent.trim().endsWith("$"))`,
 			chromedp.WithPollingTimeout(20*time.Second)))
 	step(t, ctx, "see the terminal's process start among the events",
 		chromedp.WaitVisible(chromedp.CSS(`#events li[data-type="process_started"]`)))
@@ -290,6 +298,13 @@ func TestDashboard(t *testing.T) {
 		typeKeys("echo hi\r"),
 		chromedp.Poll[chromedp.Void](`[...document.querySelectorAll("#terminal .xterm-rows > div")].some((r) => r.textContent.trim() === "hi")`,
 			chromedp.WithPollingTimeout(20*time.Second)))
+	// A name the allowlist refuses: an egress_denied event as it happens,
+	// and a record in the egress log.
+	if res, err := d.client.Exec(t.Context(), id, api.ExecRequest{Cmd: []string{"curl", "-sS", "-m", "5", "http://evil.test/"}}); err != nil || res.ExitCode == 0 {
+		t.Fatalf("curl a name the allowlist refuses: %+v %v", res, err)
+	}
+	step(t, ctx, "see the refused lookup among the events",
+		chromedp.WaitVisible(chromedp.CSS(`#events li[data-type="egress_denied"]`)))
 	screenshot(t, ctx, "sandbox.png")
 
 	// Its files: upload one into the workdir and see it listed, with the
@@ -325,8 +340,10 @@ func TestDashboard(t *testing.T) {
 		chromedp.Poll[chromedp.Void](`[...document.querySelectorAll("#terminal .xterm-rows > div")].some((r) => r.textContent.trim() === "hi") &&
 			document.getElementById("terminal-status").textContent.startsWith("connected")`, chromedp.WithPollingTimeout(5*time.Second)))
 
-	step(t, ctx, "open the egress log", chromedp.Click(chromedp.ID("tab-egress")),
-		chromedp.Poll[chromedp.Void](`document.getElementById("egress-state").textContent === "live"`, chromedp.WithPollingTimeout(10*time.Second)))
+	step(t, ctx, "see the refused lookup in the egress log", chromedp.Click(chromedp.ID("tab-egress")),
+		chromedp.Poll[chromedp.Void](`document.getElementById("egress-state").textContent === "live" &&
+			[...document.querySelectorAll("#egress-table tr.denied")].some((r) => r.textContent.includes("evil.test"))`,
+			chromedp.WithPollingTimeout(10*time.Second)))
 	screenshot(t, ctx, "egress.png")
 
 	// Back to the list: the terminal's shell is hung up as the page leaves it.
@@ -362,4 +379,62 @@ func TestDashboard(t *testing.T) {
 	if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
 		t.Errorf("GET / Content-Security-Policy %q", csp)
 	}
+}
+
+// BenchmarkDashboardFirstLoad measures the dashboard's first load in a
+// browser with its cache off: the bytes it transferred (bodies as sent,
+// gzip, with their headers) and the milliseconds from the navigation to
+// the sandbox list on screen, with one sandbox in it.
+func BenchmarkDashboardFirstLoad(b *testing.B) {
+	chromium(b)
+	d := startDaemon(b, "")
+	if _, err := d.client.CreateSandbox(b.Context(), api.CreateSandboxRequest{Labels: map[string]string{"bench": "dashboard"}}); err != nil {
+		b.Fatal(err)
+	}
+	key := dashboardKey(b, d)
+	if key == "" {
+		key = "any"
+	}
+	ctx := browser(b)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(d.url+"/"),
+		chromedp.WaitVisible(chromedp.ID("login-key")),
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`sessionStorage.setItem("berth.key", %q)`, key)),
+		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := cdp.Call(ctx, t, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: true})
+			return err
+		}),
+	); err != nil {
+		b.Fatal(err)
+	}
+	type load struct {
+		Bytes float64 `json:"bytes"`
+		Ms    float64 `json:"ms"`
+	}
+	var total load
+	b.ResetTimer()
+	for i := range b.N {
+		l, err := chromedp.Run(ctx, func(ctx context.Context, t *chromedp.Target) (load, error) {
+			if err := chromedp.Do(ctx,
+				chromedp.Navigate(fmt.Sprintf("%s/?load=%d", d.url, i)),
+				chromedp.WaitVisible(chromedp.CSS(`#sandbox-table tbody tr[data-id]`)),
+			); err != nil {
+				return load{}, err
+			}
+			return chromedp.Run(ctx, chromedp.Poll[load](`(() => {
+				const mark = performance.getEntriesByName("berth:list-rendered")[0];
+				if (!mark) return null;
+				const nav = performance.getEntriesByType("navigation")[0];
+				const res = performance.getEntriesByType("resource").filter((e) => e.startTime <= mark.startTime);
+				return { bytes: nav.transferSize + res.reduce((s, e) => s + e.transferSize, 0), ms: mark.startTime };
+			})()`, chromedp.WithPollingTimeout(10*time.Second)))
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		total.Bytes += l.Bytes
+		total.Ms += l.Ms
+	}
+	b.ReportMetric(total.Bytes/float64(b.N), "bytes/load")
+	b.ReportMetric(total.Ms/float64(b.N), "ms/load")
 }

@@ -19,6 +19,13 @@ export function listPage(main) {
   const filter = h("input", { id: "filter", type: "search", placeholder: "label selector: team=a,env!=prod,gpu", value: selector });
   const image = h("input", { id: "create-image", placeholder: "image (default: host)", autocomplete: "off" });
   const labels = h("input", { id: "create-labels", placeholder: "labels: k=v, k2=v2", autocomplete: "off" });
+  const network = h("select", { id: "create-network", "aria-label": "network" },
+    h("option", { value: "" }, "network: the daemon's default"),
+    h("option", { value: "none" }, "network: none"),
+    h("option", { value: "allowlist" }, "network: allowlist"),
+    h("option", { value: "open" }, "network: open"));
+  const allow = h("input", { id: "create-allow", placeholder: "allowed: pypi.org, github.com", autocomplete: "off", hidden: true });
+  network.addEventListener("change", () => { allow.hidden = network.value !== "allowlist"; });
   const create = h("button", { id: "create-submit", type: "submit" }, "Create sandbox");
   const tbody = h("tbody");
   const count = h("span", { class: "muted" });
@@ -99,7 +106,13 @@ export function listPage(main) {
     );
   }
 
+  let rendered = false;
   function render() {
+    if (!rendered) {
+      rendered = true;
+      // For the first-load benchmark: when the list was first on screen.
+      queueMicrotask(() => performance.mark("berth:list-rendered"));
+    }
     count.textContent = sandboxes.length === 1 ? "1 sandbox" : `${sandboxes.length} sandboxes`;
     if (!sandboxes.length) {
       replace(tbody, h("tr", {}, h("td", { colspan: 8, class: "empty" },
@@ -116,6 +129,8 @@ export function listPage(main) {
       if (image.value.trim()) body.image = image.value.trim();
       const l = parseLabels(labels.value);
       if (Object.keys(l).length) body.labels = l;
+      if (network.value) body.network = { mode: network.value };
+      if (network.value === "allowlist") body.network.allow = allow.value.split(",").map((d) => d.trim()).filter(Boolean);
     } catch (err) {
       fail(err);
       return;
@@ -132,7 +147,7 @@ export function listPage(main) {
       create.disabled = false;
       create.textContent = "Create sandbox";
     }
-  } }, image, labels, create);
+  } }, image, labels, network, allow, create);
 
   let filterTimer;
   filter.addEventListener("input", () => {
