@@ -47,9 +47,12 @@ type Group struct {
 }
 
 // New loads the embedded files (and compresses them) once.
-func New() *Group {
+func New() *Group { return newGroup(assets) }
+
+// newGroup serves the files under assets/ in fsys.
+func newGroup(fsys fs.FS) *Group {
 	g := &Group{files: map[string]*file{}}
-	err := fs.WalkDir(assets, "assets", func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(fsys, "assets", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -57,7 +60,7 @@ func New() *Group {
 		if !ok {
 			return nil // a source map, a licence: not served
 		}
-		body, err := assets.ReadFile(p)
+		body, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			return err
 		}
