@@ -51,6 +51,11 @@ var schemaTypes = map[string]reflect.Type{
 	"UpdateSecretRequest": reflect.TypeFor[UpdateSecretRequest](),
 	"Secret":              reflect.TypeFor[Secret](),
 	"ListSecretsResponse": reflect.TypeFor[ListSecretsResponse](),
+	"APIKey":              reflect.TypeFor[APIKey](),
+	"CreateAPIKeyRequest": reflect.TypeFor[CreateAPIKeyRequest](),
+	"ListAPIKeysResponse": reflect.TypeFor[ListAPIKeysResponse](),
+	"AuditRecord":         reflect.TypeFor[AuditRecord](),
+	"ListAuditResponse":   reflect.TypeFor[ListAuditResponse](),
 	"EgressRecord":        reflect.TypeFor[EgressRecord](),
 	"ListEgressResponse":  reflect.TypeFor[ListEgressResponse](),
 	"EgressSummary":       reflect.TypeFor[EgressSummary](),
@@ -121,12 +126,17 @@ var schemaTypes = map[string]reflect.Type{
 var wantRoutes = []Route{
 	{"GET", "/healthz"},
 	{"GET", "/metrics"},
+	{"GET", "/v1/audit"},
 	{"GET", "/v1/images"},
 	{"POST", "/v1/images/import"},
 	{"POST", "/v1/images/prune"},
 	{"POST", "/v1/images/pull"},
 	{"DELETE", "/v1/images/{ref}"},
 	{"GET", "/v1/images/{ref}"},
+	{"GET", "/v1/keys"},
+	{"POST", "/v1/keys"},
+	{"DELETE", "/v1/keys/{key}"},
+	{"GET", "/v1/keys/{key}"},
 	{"GET", "/v1/pools"},
 	{"PUT", "/v1/pools"},
 	{"GET", "/v1/runtimes"},
@@ -215,7 +225,7 @@ var enumConsts = []struct {
 }
 
 // typeFiles are the files that declare the API's wire types.
-var typeFiles = []string{"types.go", "files.go", "network.go", "ports.go", "terminals.go", "images.go", "templates.go", "snapshots.go"}
+var typeFiles = []string{"types.go", "files.go", "network.go", "ports.go", "terminals.go", "images.go", "templates.go", "snapshots.go", "keys.go"}
 
 // declaredStructs returns the exported struct types of typeFiles.
 func declaredStructs(t *testing.T) map[string]*ast.TypeSpec {

@@ -38,9 +38,9 @@ func AddCommands(root *cobra.Command) {
 	if def == "" {
 		def = client.DefaultURL
 	}
-	url := root.PersistentFlags().String("url", def, "berth daemon URL: http://host:port or unix:///path (env BERTH_URL)")
+	url := root.PersistentFlags().String("url", def, "berth daemon URL: http://host:port or unix:///path (env BERTH_URL); the API key is $BERTH_API_KEY, else the file $BERTH_API_KEY_FILE or "+DefaultKeyFile+" when readable")
 	connect := func() (*client.Client, error) {
-		return client.New(*url, client.WithAPIKey(os.Getenv("BERTH_API_KEY")))
+		return client.New(*url, client.WithAPIKey(apiKey()))
 	}
 	root.AddCommand(
 		createCommand(connect), execCommand(connect), runCommand(connect), lsCommand(connect),
@@ -53,6 +53,7 @@ func AddCommands(root *cobra.Command) {
 		imageCommand(connect), poolCommand(connect), templateCommand(connect),
 		snapshotCommand(connect), forkCommand(connect), diffCommand(connect), applyCommand(connect),
 		pauseCommand(connect), resumeCommand(connect), mcpCommand(connect),
+		keyCommand(connect), auditCommand(connect),
 	)
 }
 

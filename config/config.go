@@ -28,6 +28,8 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// InsecureRemoteAPI allows a Listen address other than loopback.
 	InsecureRemoteAPI bool `yaml:"insecure-remote-api"`
+	// InsecureNoAuth serves the TCP API without API keys (loopback only).
+	InsecureNoAuth bool `yaml:"insecure-no-auth"`
 	// Domain is the domain of sandboxes' ports in host form,
 	// {port}-{id}.DOMAIN.
 	Domain string `yaml:"domain"`
@@ -89,7 +91,8 @@ type Config struct {
 // holding its default.
 func (c *Config) Bind(f *pflag.FlagSet) {
 	f.StringVar(&c.Listen, "listen", "127.0.0.1:7680", "TCP address of the API (empty: unix socket only); loopback unless --insecure-remote-api")
-	f.BoolVar(&c.InsecureRemoteAPI, "insecure-remote-api", false, "allow a --listen address other than loopback (there are no API keys yet: whoever reaches it controls every sandbox)")
+	f.BoolVar(&c.InsecureRemoteAPI, "insecure-remote-api", false, "allow a --listen address other than loopback, over plain HTTP (API keys travel in clear: put TLS in front)")
+	f.BoolVar(&c.InsecureNoAuth, "insecure-no-auth", false, "serve the TCP API without API keys: whoever reaches it controls every sandbox (refused unless --listen is loopback)")
 	f.StringVar(&c.Domain, "domain", api.DefaultDomain, "domain of sandboxes' ports in host form, {port}-{id}.DOMAIN (names under .localhost reach loopback in browsers and curl)")
 	f.StringArrayVar(&c.AllowedHosts, "allowed-host", nil, "a host name clients use to reach the API, besides IP addresses and localhost (repeatable; others are refused, which stops DNS rebinding)")
 	f.StringVar(&c.StateDir, "state-dir", "/var/lib/berth", "directory of the store, the API socket and sandbox state")
@@ -119,7 +122,7 @@ func (c *Config) Bind(f *pflag.FlagSet) {
 // flags take as text (sizes, pools).
 func (c *Config) Daemon() (daemon.Config, error) {
 	d := daemon.Config{
-		Listen: c.Listen, RemoteAPI: c.InsecureRemoteAPI, Domain: c.Domain, AllowedHosts: c.AllowedHosts,
+		Listen: c.Listen, RemoteAPI: c.InsecureRemoteAPI, NoAuth: c.InsecureNoAuth, Domain: c.Domain, AllowedHosts: c.AllowedHosts,
 		StateDir: c.StateDir, DefaultRuntime: c.DefaultRuntime, InsecureRegistries: c.InsecureRegistries,
 	}
 	d.Gvisor.Runsc, d.Gvisor.Platform = c.Runsc, c.RunscPlatform

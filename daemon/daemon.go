@@ -24,6 +24,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/audit"
+	"github.com/berthsh/berth/auth"
 	"github.com/berthsh/berth/compat/e2b"
 	"github.com/berthsh/berth/dashboard"
 	"github.com/berthsh/berth/hostcheck"
@@ -42,11 +44,16 @@ import (
 // Config is the daemon's typed configuration.
 type Config struct {
 	// Listen is the TCP address of the API (empty: unix socket only). It
-	// must be a loopback address unless RemoteAPI is set: there are no API
-	// keys yet, so whoever reaches it controls every sandbox.
+	// must be a loopback address unless RemoteAPI is set: the API is plain
+	// HTTP, and its keys would travel in clear.
 	Listen string
 	// RemoteAPI allows a Listen address other than loopback.
 	RemoteAPI bool
+	// NoAuth serves the TCP API without API keys, every request acting for
+	// the operator; refused unless Listen is loopback.
+	NoAuth bool
+	// AuditKeep bounds the audit table (audit.DefaultKeep when 0).
+	AuditKeep int64
 	// AllowedHosts are host names, beyond IP addresses and localhost, by
 	// which clients reach the API (a reverse proxy's name).
 	AllowedHosts []string
@@ -113,6 +120,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	}
 	if err := checkListen(cfg.Listen, cfg.RemoteAPI); err != nil {
 		return nil, err
+	}
+	if cfg.NoAuth && cfg.Listen != "" && !isLoopback(cfg.Listen) {
+		return nil, fmt.Errorf("--insecure-no-auth with --listen %q: a daemon without API keys listens on loopback only", cfg.Listen)
 	}
 	if err := checkHost(ctx, cfg); err != nil {
 		return nil, err
@@ -242,9 +252,54 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err := builder.Sweep(ctx); err != nil {
 		log.Warn("template builds: the sandboxes of interrupted builds", "err", err)
 	}
-	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts}, server.API(m, metrics, server.WithPortsDomain(cfg.Domain)),
-		server.ImagesAPI(images, m), server.TemplatesAPI(builder, images), e2bGroup, proxy, dashboard.New())
+	keys, err := auth.NewKeyring(ctx, st, nil)
+	if err != nil {
+		return nil, err
+	}
+	var authn func(string) (auth.Principal, error)
+	if !cfg.NoAuth {
+		authn = keys.Authenticate
+		if err := firstKey(ctx, keys, filepath.Join(cfg.StateDir, AdminKeyName), log); err != nil {
+			return nil, err
+		}
+	} else {
+		log.Warn("the TCP API takes requests without API keys (--insecure-no-auth): every local process controls every sandbox", "listen", cfg.Listen)
+	}
+	auditLog := audit.New(st, log.With("subsystem", "audit"), cfg.AuditKeep)
+	d.closers = append(d.closers, func() error { auditLog.Close(); return nil })
+	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts, Authenticate: authn, Auditor: auditLog},
+		server.API(m, metrics, server.WithPortsDomain(cfg.Domain)),
+		server.ImagesAPI(images, m), server.TemplatesAPI(builder, images), server.KeysAPI(keys, auditLog), e2bGroup, proxy, dashboard.New())
 	return d, nil
+}
+
+// AdminKeyName is the file in the state dir that holds the admin key the
+// daemon made on its first start (mode 0600: root's), for the operator's
+// clients on this host (export BERTH_API_KEY=$(cat …)).
+const AdminKeyName = "admin.key"
+
+// firstKey makes an admin key and writes it to path when path does not
+// exist: a daemon's first start, or an operator who removed the file to
+// get a new key (the old one works until revoked). The key is never
+// logged; the path is.
+func firstKey(ctx context.Context, keys *auth.Keyring, path string, log *slog.Logger) error {
+	if _, err := os.Lstat(path); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	k, err := keys.Create(ctx, api.CreateAPIKeyRequest{Scope: api.ScopeAdmin, Name: "made on first start (" + AdminKeyName + ")"})
+	if err != nil {
+		return fmt.Errorf("first admin key: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(k.Key+"\n"), 0o600); err != nil {
+		return fmt.Errorf("first admin key: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("first admin key: %w", err)
+	}
+	log.Info("made an admin API key: clients on this host use it with export BERTH_API_KEY=$(cat "+path+")", "key", k.ID, "file", path)
+	return nil
 }
 
 // HostError is a start refused because checks that every create needs
@@ -382,18 +437,27 @@ func checkListen(addr string, remote bool) error {
 	if addr == "" || remote {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("--listen %q: %w", addr, err)
 	}
+	if isLoopback(addr) {
+		return nil
+	}
+	return fmt.Errorf("--listen %q is not a loopback address: the API is plain HTTP, so its API keys would travel in clear; "+
+		"listen on 127.0.0.1 behind a TLS proxy, or pass --insecure-remote-api if the network is trusted", addr)
+}
+
+// isLoopback says whether the TCP address addr is on loopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
 	if host == "localhost" {
-		return nil
+		return true
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("--listen %q is not a loopback address: berth has no API keys yet, so anyone who can reach it "+
-		"would control every sandbox; listen on 127.0.0.1, or pass --insecure-remote-api if a firewall or proxy guards it", addr)
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func boolInt(b bool) int {

@@ -39,7 +39,7 @@ import (
 type Manager interface {
 	// AuthorizePort checks a request's token for a port (unless public)
 	// and that the sandbox runs; done ends the request's activity.
-	AuthorizePort(ctx context.Context, tenant, id string, port int, token string) (done func(), err error)
+	AuthorizePort(ctx context.Context, tenant, id string, port int, token string, keyed bool) (done func(), err error)
 	// DialPort connects to a port inside a sandbox a request was
 	// authorized for.
 	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
@@ -184,8 +184,10 @@ func (p *Proxy) Name() string { return "ports" }
 // Routes implements server.Group.
 func (p *Proxy) Routes(r *server.Router) {
 	r.Host(p.ownsHost, p.serveHost)
-	r.Handle("/v1/sandboxes/{id}/ports/{port}/", p.servePath)
-	r.Handle("GET /v1/sandboxes/{id}/tunnel/{port}", p.tunnel)
+	// A port takes its sandbox's access token, or a key that stands for it.
+	own := r.OwnAccess()
+	own.Handle("/v1/sandboxes/{id}/ports/{port}/", p.servePath)
+	own.Handle("GET /v1/sandboxes/{id}/tunnel/{port}", p.tunnel)
 	r.Browsers(func(r *http.Request) bool {
 		rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sandboxes/")
 		if !ok {
@@ -235,7 +237,7 @@ type targetKey struct{}
 // serve authorizes r for t and relays it.
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, t target) error {
 	token, fromQuery := p.accessToken(r)
-	done, err := p.m.AuthorizePort(r.Context(), server.Tenant(r), t.id, t.port, token)
+	done, err := p.m.AuthorizePort(r.Context(), server.Tenant(r), t.id, t.port, token, server.Keyed(r))
 	if err != nil {
 		return err
 	}
@@ -381,7 +383,7 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.New(errdefs.InvalidArgument, "a tunnel needs Connection: Upgrade and Upgrade: %s", api.TunnelProtocol)
 	}
 	token, _ := p.accessToken(r)
-	done, err := p.m.AuthorizePort(r.Context(), server.Tenant(r), id, port, token)
+	done, err := p.m.AuthorizePort(r.Context(), server.Tenant(r), id, port, token, server.Keyed(r))
 	if err != nil {
 		return err
 	}

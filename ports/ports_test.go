@@ -47,7 +47,7 @@ func TestHostTarget(t *testing.T) {
 // server on loopback for it.
 type loopbackManager struct{ addr string }
 
-func (m loopbackManager) AuthorizePort(_ context.Context, _, id string, port int, token string) (func(), error) {
+func (m loopbackManager) AuthorizePort(_ context.Context, _, id string, port int, token string, _ bool) (func(), error) {
 	if id != "sb" {
 		return nil, errdefs.New(errdefs.NotFound, "sandbox %s not found", id)
 	}

@@ -268,7 +268,7 @@ func TestUpdateTimeoutsAndPublic(t *testing.T) {
 	if err != nil || !sb.Public {
 		t.Fatalf("create public: %+v %v", sb.Public, err)
 	}
-	done, err := m.AuthorizePort(ctx, "", sb.ID, 8123, "")
+	done, err := m.AuthorizePort(ctx, "", sb.ID, 8123, "", false)
 	if err != nil {
 		t.Fatalf("a public sandbox's port without a token: %v", err)
 	}
@@ -277,7 +277,7 @@ func TestUpdateTimeoutsAndPublic(t *testing.T) {
 	if got, err := m.Update(ctx, "", sb.ID, api.UpdateSandboxRequest{Public: &off}); err != nil || got.Public {
 		t.Fatalf("public off: %+v %v", got.Public, err)
 	}
-	if _, err := m.AuthorizePort(ctx, "", sb.ID, 8123, ""); errdefs.ClassOf(err) != errdefs.Unauthenticated {
+	if _, err := m.AuthorizePort(ctx, "", sb.ID, 8123, "", false); errdefs.ClassOf(err) != errdefs.Unauthenticated {
 		t.Fatalf("no longer public, no token: %v", err)
 	}
 	if _, err := m.Stop(ctx, "", sb.ID); err != nil {
@@ -288,7 +288,7 @@ func TestUpdateTimeoutsAndPublic(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Stopped: the token check passes (public on record), the state does not.
-	if _, err := m.AuthorizePort(ctx, "", sb.ID, 8123, ""); !errdefs.IsConflict(err) {
+	if _, err := m.AuthorizePort(ctx, "", sb.ID, 8123, "", false); !errdefs.IsConflict(err) {
 		t.Fatalf("public and stopped, no token: %v", err)
 	}
 }

@@ -80,12 +80,13 @@ func (m *Manager) accessToken(ctx context.Context, id string, ls *liveSandbox) (
 
 // AuthorizePort checks a request for port of sandbox id: the token (a
 // wrong or missing one is unauthenticated) unless the port or the whole
-// sandbox is public, and then that the sandbox runs (conflict, saying
+// sandbox is public or the caller is keyed (its API key, or the unix
+// socket, already stands for the token for tenant's sandboxes), and then that the sandbox runs (conflict, saying
 // what to do, otherwise). The token is checked first, so that a caller
 // without it learns nothing of the sandbox's state. done ends the
 // request's activity: while it is open the sandbox is active for its idle
 // timeout.
-func (m *Manager) AuthorizePort(ctx context.Context, tenant, id string, port int, token string) (done func(), err error) {
+func (m *Manager) AuthorizePort(ctx context.Context, tenant, id string, port int, token string, keyed bool) (done func(), err error) {
 	if err := checkPort("port", port); err != nil {
 		return nil, err
 	}
@@ -116,7 +117,7 @@ func (m *Manager) AuthorizePort(ctx context.Context, tenant, id string, port int
 		public = spec.Public || slices.Contains(spec.PublicPorts, port)
 		autoResume = spec.Timeouts.AutoResume
 	}
-	if !public {
+	if !public && !keyed {
 		want, err := m.accessToken(ctx, id, ls)
 		if err != nil {
 			return nil, err

@@ -98,8 +98,8 @@ func (a *apiGroup) Name() string { return "api" }
 
 // Routes implements Group.
 func (a *apiGroup) Routes(r *Router) {
-	r.Handle("GET /healthz", a.health)
-	r.Handle("GET /metrics", a.metricsRoute)
+	r.Public().Handle("GET /healthz", a.health)
+	r.Admin().Handle("GET /metrics", a.metricsRoute)
 	r.Handle("GET /v1/version", a.version)
 	r.Handle("GET /v1/runtimes", a.runtimes)
 	r.Handle("POST /v1/sandboxes", a.createSandbox)

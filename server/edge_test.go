@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/auth"
 	"github.com/berthsh/berth/client"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/image"
@@ -265,12 +266,12 @@ func TestHostRoutesComeFirst(t *testing.T) {
 // TestAuthenticationSeam: the edge's authentication decides the tenant
 // before any route runs, and tenants see only their own sandboxes.
 func TestAuthenticationSeam(t *testing.T) {
-	e := newEdge(t, server.Config{Authenticate: func(r *http.Request) (string, error) {
-		tenant, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer tenant-")
+	e := newEdge(t, server.Config{Authenticate: func(key string) (auth.Principal, error) {
+		tenant, ok := strings.CutPrefix(key, "tenant-")
 		if !ok {
-			return "", errdefs.New(errdefs.Unauthenticated, "no key")
+			return auth.Principal{}, errdefs.New(errdefs.Unauthenticated, "no key")
 		}
-		return tenant, nil
+		return auth.Principal{Kind: auth.Key, Tenant: tenant, KeyID: "k-" + tenant, Scope: api.ScopeWrite}, nil
 	}})
 	ctx := t.Context()
 	if _, err := e.client(t).ListSandboxes(ctx, nil); errdefs.ClassOf(err) != errdefs.Unauthenticated {

@@ -42,13 +42,16 @@ func (g *imagesGroup) Name() string { return "images" }
 // Routes implements Group.
 func (g *imagesGroup) Routes(r *Router) {
 	r.Handle("GET /v1/images", g.list)
-	r.Handle("POST /v1/images/pull", g.pull)
-	r.Handle("POST /v1/images/import", g.importImages)
-	r.Handle("POST /v1/images/prune", g.prune)
 	r.Handle("GET /v1/images/{ref...}", g.inspect)
-	r.Handle("DELETE /v1/images/{ref...}", g.remove)
-	r.Handle("GET /v1/pools", g.listPools)
-	r.Handle("PUT /v1/pools", g.setPool)
+	// Images are the operator's catalog, which every tenant reads: only
+	// the operator adds and removes them, and sizes the warm pools.
+	ad := r.Admin()
+	ad.Handle("POST /v1/images/pull", g.pull)
+	ad.Handle("POST /v1/images/import", g.importImages)
+	ad.Handle("POST /v1/images/prune", g.prune)
+	ad.Handle("DELETE /v1/images/{ref...}", g.remove)
+	ad.Handle("GET /v1/pools", g.listPools)
+	ad.Handle("PUT /v1/pools", g.setPool)
 }
 
 func (g *imagesGroup) list(w http.ResponseWriter, r *http.Request) error {

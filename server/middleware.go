@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/berthsh/berth/auth"
 	"github.com/berthsh/berth/errdefs"
 )
 
@@ -23,10 +24,11 @@ const HeaderRequestID = "X-Request-Id"
 // request is what the edge knows of one request, shared by the middleware
 // through its context.
 type request struct {
-	id     string
-	tenant string
-	err    error         // the handler's error, for the access log
-	sw     *statusWriter // the response, once the access log wraps it
+	id        string
+	principal auth.Principal
+	sandbox   string        // a sandbox the request made (NoteSandbox)
+	err       error         // the handler's error, for the access log
+	sw        *statusWriter // the response, once the access log wraps it
 }
 
 type requestKey struct{}
@@ -39,14 +41,16 @@ func info(r *http.Request) *request {
 	return &request{}
 }
 
-// Tenant is the tenant a request acts for, as authentication decided.
-func Tenant(r *http.Request) string { return info(r).tenant }
+// Tenant is the tenant a request acts for, as authentication decided: ""
+// for the operator, who sees every tenant's objects.
+func Tenant(r *http.Request) string { return info(r).principal.Tenant }
 
 // RequestID is the request's id.
 func RequestID(r *http.Request) string { return info(r).id }
 
-// requestIDs gives every request an id and the edge's record.
-func requestIDs(next http.Handler) http.Handler {
+// requestIDs gives every request an id and the edge's record, with the
+// principal known before any route runs (see principalOf).
+func requestIDs(principal func(*http.Request) auth.Principal, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(HeaderRequestID)
 		if !usableID(id) {
@@ -55,7 +59,7 @@ func requestIDs(next http.Handler) http.Handler {
 			id = hex.EncodeToString(b[:])
 		}
 		w.Header().Set(HeaderRequestID, id)
-		req := &request{id: id}
+		req := &request{id: id, principal: principal(r)}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	})
 }
@@ -89,8 +93,11 @@ func accessLog(log *slog.Logger, next http.Handler) http.Handler {
 			level = slog.LevelError
 		}
 		args := []any{"method", r.Method, "path", r.URL.Path, "status", sw.status, "dur", time.Since(start), "id", req.id}
-		if req.tenant != "" {
-			args = append(args, "tenant", req.tenant)
+		if req.principal.Tenant != "" {
+			args = append(args, "tenant", req.principal.Tenant)
+		}
+		if req.principal.KeyID != "" {
+			args = append(args, "key", req.principal.KeyID)
 		}
 		if req.err != nil {
 			args = append(args, "err", req.err)
@@ -119,24 +126,6 @@ func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 				writeError(w, req.err)
 			}
 		}()
-		next.ServeHTTP(w, r)
-	})
-}
-
-// authenticate decides the tenant of each request, or refuses it before any
-// route runs; without fn every request is the default tenant's.
-func authenticate(fn func(*http.Request) (string, error), next http.Handler) http.Handler {
-	if fn == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant, err := fn(r)
-		if err != nil {
-			info(r).err = err
-			writeError(w, err)
-			return
-		}
-		info(r).tenant = tenant
 		next.ServeHTTP(w, r)
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/berthsh/berth/auth"
 	"github.com/berthsh/berth/errdefs"
 )
 
@@ -25,11 +26,13 @@ type Config struct {
 	// may use to reach the daemon over TCP (a reverse proxy's name); any
 	// other Host header is refused, which stops DNS rebinding.
 	Hosts []string
-	// Authenticate returns the tenant a request acts for, or a classified
-	// error (unauthenticated, permission_denied) that refuses it before any
-	// route runs. Nil: every request acts for the default tenant "" (berth
-	// has no API keys yet).
-	Authenticate func(r *http.Request) (tenant string, err error)
+	// Authenticate returns whom an API key acts for, or an unauthenticated
+	// error. Nil: the daemon has no keys (--insecure-no-auth), and every
+	// request acts for the operator. Requests over the unix socket act for
+	// the operator either way.
+	Authenticate func(key string) (auth.Principal, error)
+	// Auditor receives every mutating API call (nil: none are kept).
+	Auditor Auditor
 }
 
 // A Group is a set of routes served on the one listener: the /v1 API, a
@@ -47,6 +50,9 @@ type Route struct {
 	Group   string
 	Method  string // "" for any method
 	Pattern string // Go 1.22 pattern path, e.g. /v1/sandboxes/{id}
+	// Access is who may call it: "" (a key whose scope the method
+	// decides), "read", "admin", "public" or "own" (its own access token).
+	Access string
 }
 
 // Handler serves one route: it writes a success response or returns an
@@ -63,6 +69,8 @@ type Server struct {
 	browsers []func(*http.Request) bool
 	routes   []Route
 	handler  http.Handler
+	authn    func(key string) (auth.Principal, error)
+	auditor  Auditor
 }
 
 // hostRoute claims requests by their Host header, before path routing.
@@ -76,13 +84,13 @@ func New(cfg Config, groups ...Group) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{log: cfg.Log, mux: http.NewServeMux()}
+	s := &Server{log: cfg.Log, mux: http.NewServeMux(), authn: cfg.Authenticate, auditor: cfg.Auditor}
 	for _, g := range groups {
 		g.Routes(&Router{s: s, group: g.Name()})
 	}
-	s.mux.Handle("/", s.adapt(s.noRoute))
-	s.handler = requestIDs(accessLog(s.log, recoverPanics(s.log,
-		guardBrowsers(cfg.Hosts, s.claimedHost, s.forBrowsers, authenticate(cfg.Authenticate, http.HandlerFunc(s.dispatch))))))
+	s.mux.Handle("/", s.guard(byMethod, Route{Pattern: "/"}, s.adapt(s.noRoute)))
+	s.handler = requestIDs(s.principalOf, accessLog(s.log, recoverPanics(s.log,
+		guardBrowsers(cfg.Hosts, s.claimedHost, s.forBrowsers, http.HandlerFunc(s.dispatch)))))
 	return s
 }
 
@@ -162,9 +170,36 @@ func (s *Server) adapt(h Handler) http.Handler {
 
 // Router registers one group's routes.
 type Router struct {
-	s     *Server
-	group string
+	s      *Server
+	group  string
+	access access
 }
+
+// Admin returns a router whose routes need an admin key (the operator's:
+// keys, images, pools, metrics).
+func (r *Router) Admin() *Router { return r.with(admin) }
+
+// Reads returns a router whose routes a read key may call whatever their
+// method (a POST that only reads: fs/list, fs/read).
+func (r *Router) Reads() *Router { return r.with(reads) }
+
+// Public returns a router whose routes need no key (/healthz, static
+// files).
+func (r *Router) Public() *Router { return r.with(public) }
+
+// OwnAccess returns a router whose routes check a sandbox's access token
+// themselves: they take requests without a key, and a key, when sent,
+// stands for the token (Keyed).
+func (r *Router) OwnAccess() *Router { return r.with(ownAccess) }
+
+func (r *Router) with(a access) *Router {
+	c := *r
+	c.access = a
+	return &c
+}
+
+// accessNames name the access kinds in Route.Access.
+var accessNames = map[access]string{byMethod: "", reads: "read", admin: "admin", public: "public", ownAccess: "own"}
 
 // Handle serves pattern ("METHOD /path", a Go 1.22 pattern) with h.
 func (r *Router) Handle(pattern string, h Handler) {
@@ -178,8 +213,9 @@ func (r *Router) HandleHTTP(pattern string, h http.Handler) {
 	if !ok { // any method
 		method, path = "", pattern
 	}
-	r.s.routes = append(r.s.routes, Route{Group: r.group, Method: method, Pattern: path})
-	r.s.mux.Handle(pattern, h)
+	route := Route{Group: r.group, Method: method, Pattern: path, Access: accessNames[r.access]}
+	r.s.routes = append(r.s.routes, route)
+	r.s.mux.Handle(pattern, r.s.guard(r.access, route, h))
 }
 
 // Browsers declares requests that match serves to web pages of any
@@ -194,6 +230,8 @@ func (r *Router) Browsers(match func(*http.Request) bool) {
 // tried in the order they were registered, before any path route. Their
 // requests are the group's to check: the edge's guard against browsers
 // does not apply (match is what decides that the Host is served).
+// They check their own access (a sandbox's token), as OwnAccess routes do.
 func (r *Router) Host(match func(host string) bool, h Handler) {
-	r.s.hosts = append(r.s.hosts, hostRoute{match: match, h: r.s.adapt(h)})
+	route := Route{Group: r.group, Pattern: "{host}", Access: accessNames[ownAccess]}
+	r.s.hosts = append(r.s.hosts, hostRoute{match: match, h: r.s.guard(ownAccess, route, r.s.adapt(h))})
 }

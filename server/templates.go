@@ -33,7 +33,7 @@ func (g *templatesGroup) Name() string { return "templates" }
 
 // Routes implements Group.
 func (g *templatesGroup) Routes(r *Router) {
-	r.Handle("POST /v1/templates/build", g.build)
+	r.Admin().Handle("POST /v1/templates/build", g.build)
 	r.Handle("GET /v1/templates", g.list)
 }
 

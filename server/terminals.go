@@ -154,7 +154,7 @@ func headerHas(h http.Header, name, token string) bool {
 // bridge carries an attachment over a WebSocket until the process ends,
 // the client leaves or the sandbox goes; it closes att.
 func bridge(w http.ResponseWriter, r *http.Request, att api.Attachment, first api.TerminalMessage) {
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled, Subprotocols: []string{api.WebSocketProtocol}})
 	if err != nil {
 		att.Close() // Accept answered the client
 		return

@@ -112,6 +112,30 @@ func migrations() []string {
 		CREATE UNIQUE INDEX snapshots_name ON snapshots(tenant, name) WHERE name != '';
 		CREATE INDEX snapshots_base ON snapshots(base);`,
 		`ALTER TABLE sandboxes ADD COLUMN archive_bytes INTEGER NOT NULL DEFAULT 0;`,
+		`CREATE TABLE api_keys (
+			id TEXT PRIMARY KEY,
+			tenant TEXT NOT NULL,
+			scope TEXT NOT NULL,
+			name TEXT NOT NULL,
+			hash BLOB NOT NULL,
+			created_at INTEGER NOT NULL,
+			expires_at INTEGER NOT NULL,
+			revoked_at INTEGER NOT NULL
+		);
+		CREATE TABLE audit (
+			seq INTEGER PRIMARY KEY AUTOINCREMENT,
+			at INTEGER NOT NULL,
+			tenant TEXT NOT NULL,
+			key_id TEXT NOT NULL,
+			method TEXT NOT NULL,
+			route TEXT NOT NULL,
+			path TEXT NOT NULL,
+			sandbox_id TEXT NOT NULL,
+			status INTEGER NOT NULL,
+			error_class TEXT NOT NULL,
+			request_id TEXT NOT NULL
+		);
+		CREATE INDEX audit_tenant ON audit(tenant, seq);`,
 	}
 }
 

@@ -187,7 +187,8 @@ func (g *Group) Routes(r *server.Router) {
 		"/" + filesystemconnect.FilesystemName + "/",
 		"/files", "/envs", "/health",
 	} {
-		r.HandleHTTP(p, http.HandlerFunc(g.serveHeader))
+		// envd's requests carry the sandbox's access token.
+		r.OwnAccess().HandleHTTP(p, http.HandlerFunc(g.serveHeader))
 	}
 }
 
