@@ -32,6 +32,7 @@ type daemon struct {
 	state  string
 	cmd    *exec.Cmd
 	client *client.Client
+	key    string // the admin key the daemon made (admin.key)
 	http   *http.Client
 	log    *slog.Logger
 
@@ -82,6 +83,16 @@ func startDaemon(ctx context.Context, bin, work, name string, pool int, log *slo
 			d.close()
 			return nil, fmt.Errorf("berth serve did not answer within 30 s (log %s)", logFile.Name())
 		}
+	}
+	key, err := os.ReadFile(filepath.Join(state, "admin.key"))
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("the daemon's first admin key: %w", err)
+	}
+	d.key = strings.TrimSpace(string(key))
+	if d.client, err = client.New(url, client.WithAPIKey(d.key)); err != nil {
+		d.close()
+		return nil, err
 	}
 	return d, d.settle(ctx)
 }
@@ -177,6 +188,7 @@ func (d *daemon) pooled(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	req.Header.Set("Authorization", "Bearer "+d.key)
 	resp, err := d.http.Do(req)
 	if err != nil {
 		return 0, err

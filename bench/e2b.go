@@ -70,7 +70,7 @@ func (s *suite) e2b(ctx context.Context) error {
 	if err := os.WriteFile(script, e2bbenchPy, 0o644); err != nil {
 		return err
 	}
-	c, version, err := startE2BClient(ctx, python, script, d.url)
+	c, version, err := startE2BClient(ctx, python, script, d.url, d.key)
 	if err != nil {
 		notMeasured("E2B's Python SDK did not start: "+firstLine(err.Error()), slices.Concat(start, execs, diffs)...)
 		return nil
@@ -195,10 +195,11 @@ type e2bClient struct {
 }
 
 // startE2BClient starts e2bbench.py with python, E2B's SDK pointed at url,
-// and reads its first line: the SDK's version.
-func startE2BClient(ctx context.Context, python, script, url string) (*e2bClient, string, error) {
+// with berth's key as its E2B_API_KEY, and reads its first line: the
+// SDK's version.
+func startE2BClient(ctx context.Context, python, script, url, key string) (*e2bClient, string, error) {
 	cmd := exec.CommandContext(ctx, python, script)
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY=e2b_berth_bench", "PYTHONUNBUFFERED=1")
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+key, "PYTHONUNBUFFERED=1")
 	cmd.WaitDelay = 30 * time.Second
 	in, err := cmd.StdinPipe()
 	if err != nil {

@@ -43,7 +43,9 @@ URL = os.environ["E2B_API_URL"]
 
 # One client for the native API, kept alive across calls like the SDK's
 # own connection pool.
-native = httpx.Client(base_url=URL, timeout=60)
+# berth's key is the E2B_API_KEY the SDK sends; the native API takes it as
+# a bearer token.
+native = httpx.Client(base_url=URL, timeout=60, headers={"Authorization": "Bearer " + os.environ["E2B_API_KEY"]})
 
 
 def bash(cmd):

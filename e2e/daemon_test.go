@@ -29,6 +29,9 @@ type daemon struct {
 	cmd    *exec.Cmd
 	log    *testutil.Buffer
 	client *client.Client
+	// key is the admin key the daemon made on its first start (admin.key
+	// in the state dir), which client and cli send.
+	key    string
 	testCA []byte // the test internet's CA, which network tests' sandboxes trust
 }
 
@@ -94,8 +97,21 @@ func (d *daemon) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.client = c
 	waitHealthy(t, c, d.log)
+	d.key = adminKey(t, d.state)
+	if d.client, err = client.New(d.url, client.WithAPIKey(d.key)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// adminKey reads the admin key a daemon made in state on its first start.
+func adminKey(t testing.TB, state string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(state, "admin.key"))
+	if err != nil {
+		t.Fatalf("the daemon's first admin key: %v", err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // stop stops the daemon gracefully (SIGTERM) and waits for it.
@@ -136,6 +152,7 @@ func (d *daemon) kill9() {
 func (d *daemon) cli(stdin string, args ...string) (string, string, int) {
 	d.t.Helper()
 	cmd := exec.Command(d.bin, append([]string{"--url", d.url}, args...)...)
+	cmd.Env = append(os.Environ(), "BERTH_API_KEY="+d.key)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

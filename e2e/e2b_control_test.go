@@ -47,7 +47,7 @@ func (c e2bControl) do(method, path string, body any) (int, []byte, http.Header)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	req.Header.Set("X-API-Key", "e2b_anything")
+	req.Header.Set("X-API-Key", c.d.key) // E2B's SDKs send E2B_API_KEY so: here, berth's key
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -30,6 +30,7 @@ func TestBrowserCannotDriveTheAPI(t *testing.T) {
 	d := startDaemon(t, "")
 	post := func(host string, hdr map[string]string) int {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, d.url+"/v1/sandboxes", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+d.key) // a key does not make a browser's request pass
 		req.Host = host
 		for k, v := range hdr {
 			req.Header.Set(k, v)
@@ -70,13 +71,19 @@ func TestBrowserCannotDriveTheAPI(t *testing.T) {
 	}
 }
 
-// TestRemoteListenNeedsTheFlag: the daemon refuses to serve its API, which
-// has no keys yet, on an address other than loopback unless told to.
+// TestRemoteListenNeedsTheFlag: the daemon refuses to serve its plain-HTTP
+// API on an address other than loopback unless told to, and never without
+// keys there.
 func TestRemoteListenNeedsTheFlag(t *testing.T) {
 	testutil.RequireRoot(t)
 	out, err := exec.Command(testutil.Berth(t), "serve", "--state-dir", testutil.StateDir(t), "--listen", "0.0.0.0:0").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--insecure-remote-api") || !strings.Contains(string(out), "not a loopback address") {
 		t.Fatalf("serve on 0.0.0.0: %v\n%s", err, out)
+	}
+	out, err = exec.Command(testutil.Berth(t), "serve", "--state-dir", testutil.StateDir(t), "--listen", "0.0.0.0:0",
+		"--insecure-remote-api", "--insecure-no-auth").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--insecure-no-auth") || !strings.Contains(string(out), "loopback only") {
+		t.Fatalf("serve on 0.0.0.0 without keys: %v\n%s", err, out)
 	}
 }
 

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -116,7 +115,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(d.url + "/metrics")
+	resp, err := d.get(t, "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

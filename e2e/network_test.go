@@ -492,10 +492,21 @@ func (d *daemon) tunFiles(t *testing.T) int {
 	return n
 }
 
+// get sends GET path to the daemon with its admin key.
+func (d *daemon) get(t testing.TB, path string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, d.url+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+d.key)
+	return http.DefaultClient.Do(req)
+}
+
 // goroutines reads the daemon's go_goroutines metric.
 func (d *daemon) goroutines(t *testing.T) int {
 	t.Helper()
-	resp, err := http.Get(d.url + "/metrics")
+	resp, err := d.get(t, "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

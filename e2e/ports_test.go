@@ -713,8 +713,24 @@ func TestPortForward(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || decodeEcho(t, b).Path != "/echo/raw" {
 		t.Fatalf("tunnel: %s %q", resp.Status, b)
 	}
-	if _, err := d.client.DialPort(ctx, sb.ID, 8000, "wrong"); errdefs.ClassOf(err) != errdefs.Unauthenticated {
+	// Without an API key the token is what opens the port; with one (the
+	// sandbox's tenant's), the key stands for the token.
+	anon, err := client.New(d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := anon.DialPort(ctx, sb.ID, 8000, "wrong"); errdefs.ClassOf(err) != errdefs.Unauthenticated {
 		t.Fatalf("tunnel with a wrong token: %v", err)
+	}
+	if conn, err := anon.DialPort(ctx, sb.ID, 8000, sb.AccessToken); err != nil {
+		t.Fatalf("tunnel with the token and no key: %v", err)
+	} else {
+		conn.Close()
+	}
+	if conn, err := d.client.DialPort(ctx, sb.ID, 8000, ""); err != nil {
+		t.Fatalf("tunnel with the key and no token: %v", err)
+	} else {
+		conn.Close()
 	}
 	if _, err := d.client.DialPort(ctx, sb.ID, 9, sb.AccessToken); errdefs.ReasonOf(err) != errdefs.PortClosed {
 		t.Fatalf("tunnel to a closed port: %v", err)
@@ -722,6 +738,7 @@ func TestPortForward(t *testing.T) {
 
 	// The CLI, on a port the system picks.
 	cmd := exec.Command(d.bin, "--url", d.url, "port-forward", sb.ID, "0:8000")
+	cmd.Env = append(os.Environ(), "BERTH_API_KEY="+d.key)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

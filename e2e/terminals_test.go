@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -95,7 +96,8 @@ func TestTerminal(t *testing.T) {
 
 	// Messages the daemon cannot take, on a second attachment: an error
 	// each, the terminal goes on.
-	raw, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(d.url, "http")+fmt.Sprintf("/v1/sandboxes/%s/processes/%d/attach", sb.ID, term.Pid), nil)
+	raw, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(d.url, "http")+fmt.Sprintf("/v1/sandboxes/%s/processes/%d/attach", sb.ID, term.Pid),
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + d.key}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +286,7 @@ func TestShellInTmux(t *testing.T) {
 		}
 		return string(out)
 	}
-	shell := fmt.Sprintf("%s --url %s shell %s; echo BERTH-EXIT=$?; sleep 60", d.bin, d.url, sb.ID)
+	shell := fmt.Sprintf("BERTH_API_KEY=%s %s --url %s shell %s; echo BERTH-EXIT=$?; sleep 60", d.key, d.bin, d.url, sb.ID)
 	tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", "sh", "-c", shell)
 	t.Cleanup(func() { exec.Command("tmux", "-L", sock, "kill-server").Run() })
 	tmux("set-option", "-t", "t", "status", "off")

@@ -2,7 +2,11 @@ package mcpserver_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +41,6 @@ func startDaemon(t testing.TB) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.client = c
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -57,6 +60,13 @@ func startDaemon(t testing.TB) *daemon {
 		err := c.Health(ctx)
 		cancel()
 		if err == nil {
+			b, err := os.ReadFile(filepath.Join(state, "admin.key"))
+			if err != nil {
+				t.Fatalf("the daemon's first admin key: %v", err)
+			}
+			daemonKeys.Store(d.url, strings.TrimSpace(string(b)))
+			c = mustClient(t, d.url)
+			d.client = c
 			return d
 		}
 		if time.Now().After(deadline) {
@@ -65,9 +75,20 @@ func startDaemon(t testing.TB) *daemon {
 	}
 }
 
+// daemonKeys holds the admin key of each test daemon by its URL, for the
+// clients and the `berth mcp` processes the tests point at that URL.
+var daemonKeys sync.Map
+
+// keyFor is the admin key of the daemon at url ("" for no daemon's).
+func keyFor(url string) string {
+	k, _ := daemonKeys.Load(url)
+	s, _ := k.(string)
+	return s
+}
+
 func mustClient(t testing.TB, url string) *client.Client {
 	t.Helper()
-	c, err := client.New(url)
+	c, err := client.New(url, client.WithAPIKey(keyFor(url)))
 	if err != nil {
 		t.Fatal(err)
 	}

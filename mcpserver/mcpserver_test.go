@@ -37,6 +37,7 @@ func stdioSession(t testing.TB, url string) *mcp.ClientSession {
 	t.Helper()
 	var stderr testutil.Buffer
 	cmd := exec.Command(testutil.Berth(t), "mcp", "--url", url)
+	cmd.Env = append(os.Environ(), "BERTH_API_KEY="+keyFor(url))
 	cmd.Stderr = &stderr
 	s, err := newClient().Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
@@ -58,6 +59,7 @@ func httpSession(t testing.TB, url string) *mcp.ClientSession {
 	addr := testutil.FreeAddr(t)
 	var stderr testutil.Buffer
 	cmd := exec.Command(testutil.Berth(t), "mcp", "--url", url, "--http", addr)
+	cmd.Env = append(os.Environ(), "BERTH_API_KEY="+keyFor(url))
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -177,7 +179,7 @@ func TestExample(t *testing.T) {
 	}
 	cmd := exec.CommandContext(t.Context(), "go", "run", "./examples/mcp")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "BERTH_URL="+d.url, "BERTH_BINARY="+testutil.Berth(t))
+	cmd.Env = append(os.Environ(), "BERTH_URL="+d.url, "BERTH_API_KEY="+keyFor(d.url), "BERTH_BINARY="+testutil.Berth(t))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go run ./examples/mcp: %v\n%s", err, out)
