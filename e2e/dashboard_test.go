@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
@@ -314,6 +315,9 @@ func TestDashboard(t *testing.T) {
 	if err := os.WriteFile(local, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if res, err := d.client.Exec(t.Context(), id, api.ExecRequest{Cmd: []string{"sh", "-c", "mkdir -p project/src && echo '# project' > project/README.md"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("make a directory to browse: %+v %v", res, err)
+	}
 	step(t, ctx, "open the files",
 		chromedp.Click(chromedp.ID("tab-files")),
 		chromedp.WaitVisible(chromedp.CSS(`#files-table tbody tr`)))
@@ -332,6 +336,33 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the uploaded file holds %q, want %q", got, content)
 	}
 	screenshot(t, ctx, "files.png")
+
+	// Browse up and back down, and download the file: the browser saves
+	// the bytes the sandbox has.
+	parent := filepath.Base(dir)
+	step(t, ctx, "browse to the parent directory",
+		chromedp.Click(chromedp.CSS(`#files-table a.up`)),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#files-table tr[data-name=%q] a.dir`, parent))))
+	step(t, ctx, "browse back into "+dir,
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#files-table tr[data-name=%q] a.dir`, parent))),
+		chromedp.WaitVisible(chromedp.CSS(`#files-table tr[data-name="notes-from-the-browser.txt"]`)))
+	downloads := t.TempDir()
+	if _, err := chromedp.CallBrowser(ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+		Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	step(t, ctx, "download the file", chromedp.Click(chromedp.CSS(`#files-table tr[data-name="notes-from-the-browser.txt"] button`)))
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(downloads, "notes-from-the-browser.txt"))
+		if err == nil && string(b) == content {
+			break
+		}
+		if time.Now().After(deadline) {
+			entries, _ := os.ReadDir(downloads)
+			t.Fatalf("the browser saved no download of the file with its content (%q, %v; the directory has %v)", b, err, entries)
+		}
+	}
 
 	// The terminal outlives a look at another tab.
 	step(t, ctx, "return to the terminal",

@@ -16,7 +16,7 @@ function parent(dir) {
 }
 
 function mode(m, type) {
-  const c = { directory: "d", symlink: "l" }[type] || "-";
+  const c = { dir: "d", symlink: "l", socket: "s" }[type] || "-";
   let s = "";
   for (let shift = 6; shift >= 0; shift -= 3) {
     const b = (m >> shift) & 7;
@@ -70,16 +70,19 @@ export function filesTab(panel, sb) {
   }
 
   function render(entries, truncated) {
-    entries.sort((a, b) => (a.type === "directory") !== (b.type === "directory") ? (a.type === "directory" ? -1 : 1) : a.name.localeCompare(b.name));
+    entries.sort((a, b) => (a.type === "dir") !== (b.type === "dir") ? (a.type === "dir" ? -1 : 1) : a.name.localeCompare(b.name));
     const rows = [];
-    if (dir !== "/") rows.push(h("tr", {}, h("td", { colspan: 6 }, h("a", { href: "", class: "mono", onclick: (e) => { e.preventDefault(); list(parent(dir)); } }, ".."))));
+    if (dir !== "/") rows.push(h("tr", {}, h("td", { colspan: 6 }, h("a", { href: "", class: "mono up", onclick: (e) => { e.preventDefault(); list(parent(dir)); } }, ".."))));
     for (const f of entries) {
-      const name = f.type === "directory"
-        ? h("a", { href: "", class: "mono dir", onclick: (e) => { e.preventDefault(); list(f.path); } }, f.name + "/")
-        : h("span", { class: "mono" }, f.name + (f.target ? " → " + f.target : ""));
+      // A symlink may lead to a directory: following it lists that, or
+      // says it is not one.
+      const name = f.type === "dir" || f.type === "symlink"
+        ? h("a", { href: "", class: "mono " + f.type, onclick: (e) => { e.preventDefault(); list(f.path); } },
+          f.name + (f.type === "dir" ? "/" : " → " + f.target))
+        : h("span", { class: "mono" }, f.name);
       rows.push(h("tr", { dataset: { name: f.name } },
         h("td", {}, name),
-        h("td", { class: "num" }, f.type === "directory" ? "" : bytes(f.size)),
+        h("td", { class: "num" }, f.type === "dir" ? "" : bytes(f.size)),
         h("td", { class: "mono" }, mode(f.mode, f.type)),
         h("td", {}, f.owner || f.uid),
         h("td", { title: f.modified_at }, new Date(f.modified_at).toLocaleString()),
@@ -89,7 +92,7 @@ export function filesTab(panel, sb) {
     }
     if (!entries.length) rows.push(h("tr", {}, h("td", { colspan: 6, class: "empty" }, "An empty directory.")));
     replace(tbody, rows);
-    note.textContent = truncated ? "(listing truncated)" : `${entries.length} entries`;
+    note.textContent = truncated ? "(listing truncated)" : (entries.length === 1 ? "1 entry" : `${entries.length} entries`);
   }
 
   upload.addEventListener("change", async () => {
