@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/internal/testutil"
 )
 
@@ -399,6 +400,17 @@ func TestDashboard(t *testing.T) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Delete it from the list: a second click confirms.
+	step(t, ctx, "delete the sandbox",
+		chromedp.Click(chromedp.CSS(row+" button.danger")),
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).textContent.includes("Really delete?")`, row+" button.danger"),
+			chromedp.WithPollingTimeout(5*time.Second)),
+		chromedp.Click(chromedp.CSS(row+" button.danger")),
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`!document.querySelector(%q)`, row), chromedp.WithPollingTimeout(30*time.Second)))
+	if _, err := d.client.GetSandbox(t.Context(), id); !errdefs.IsNotFound(err) {
+		t.Errorf("the sandbox after the list's delete: %v, want not found", err)
 	}
 
 	// The page and its files carry the policy that keeps them to this origin.

@@ -69,16 +69,21 @@ export function listPage(main) {
     if (!stopped) render();
   }
 
+  // A delete takes a second click within 3 s; the list's reloads keep
+  // that state (by id), since they rebuild the rows.
+  const armed = new Map(); // id → timer
+
   function deleteButton(s) {
-    let armed = null;
-    const b = h("button", { class: "danger small", type: "button", title: "Delete the sandbox and its files" }, "Delete");
+    const b = h("button", { class: "danger small", type: "button", title: "Delete the sandbox and its files" },
+      armed.has(s.id) ? "Really delete?" : "Delete");
     b.addEventListener("click", async () => {
-      if (!armed) {
+      if (!armed.has(s.id)) {
         b.textContent = "Really delete?";
-        armed = setTimeout(() => { armed = null; b.textContent = "Delete"; }, 3000);
+        armed.set(s.id, setTimeout(() => { armed.delete(s.id); render(); }, 3000));
         return;
       }
-      clearTimeout(armed);
+      clearTimeout(armed.get(s.id));
+      armed.delete(s.id);
       b.disabled = true;
       b.textContent = "Deleting…";
       try {
@@ -188,6 +193,7 @@ export function listPage(main) {
     clearInterval(listTimer);
     clearInterval(statsTimer);
     clearTimeout(filterTimer);
+    armed.forEach(clearTimeout);
     document.removeEventListener("visibilitychange", onVisibility);
   };
 }
