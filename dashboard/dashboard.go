@@ -101,11 +101,8 @@ func (g *Group) Name() string { return "dashboard" }
 // Routes implements server.Group: the page at / and its files under /ui/.
 func (g *Group) Routes(r *server.Router) {
 	// The page and its files hold no data and need no key: the login page
-	// must load before the user has typed one. (A router that knows
-	// access levels serves them as public routes.)
-	if p, ok := any(r).(interface{ Public() *server.Router }); ok {
-		r = p.Public()
-	}
+	// must load before the user has typed one.
+	r = r.Public()
 	r.Handle("GET /{$}", func(w http.ResponseWriter, r *http.Request) error {
 		return g.serve(w, r, "index.html")
 	})

@@ -154,16 +154,12 @@ func screenshot(t testing.TB, ctx context.Context, name string) {
 }
 
 // dashboardKey is the key to sign in with: the admin key the daemon wrote
-// on its first start, or "" when it has none (a daemon without API keys,
-// which takes any).
+// to admin.key in its state dir on its first start, as a user would copy it.
 func dashboardKey(t testing.TB, d *daemon) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(d.state, "admin.key"))
-	if os.IsNotExist(err) {
-		return ""
-	}
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the daemon's first admin key: %v", err)
 	}
 	return strings.TrimSpace(string(b))
 }
@@ -224,25 +220,21 @@ func TestDashboard(t *testing.T) {
 	// The login page, and a key the daemon refuses.
 	step(t, ctx, "open the dashboard", chromedp.Navigate(d.url+"/"), chromedp.WaitVisible(chromedp.ID("login-key")))
 	screenshot(t, ctx, "login.png")
-	if key != "" {
-		step(t, ctx, "sign in with a wrong key",
-			chromedp.SendKeys(chromedp.ID("login-key"), "berth_not-a-key-of-this-daemon"),
-			chromedp.Click(chromedp.ID("login-submit")),
-			chromedp.WaitVisible(chromedp.ID("login-error")))
-		msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("login-error")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(msg, "refused the key") {
-			t.Errorf("login error %q, want the daemon's refusal of the key", msg)
-		}
-		if stored, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`sessionStorage.getItem("berth.key") || ""`)); stored != "" {
-			t.Errorf("a refused key stays in sessionStorage: %q", stored)
-		}
-	} else {
-		key = "any-key: this daemon has no API keys"
-		t.Log("the daemon wrote no admin.key: signing in with any key")
+	step(t, ctx, "sign in with a wrong key",
+		chromedp.SendKeys(chromedp.ID("login-key"), "berth_not-a-key-of-this-daemon"),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(chromedp.ID("login-error")))
+	msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("login-error")))
+	if err != nil {
+		t.Fatal(err)
 	}
+	if !strings.Contains(msg, "refused the key") {
+		t.Errorf("login error %q, want the daemon's refusal of the key", msg)
+	}
+	if stored, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`sessionStorage.getItem("berth.key") || ""`)); stored != "" {
+		t.Errorf("a refused key stays in sessionStorage: %q", stored)
+	}
+	screenshot(t, ctx, "login-refused.png")
 	step(t, ctx, "sign in",
 		chromedp.SendKeys(chromedp.ID("login-key"), key),
 		chromedp.Click(chromedp.ID("login-submit")),
@@ -413,6 +405,33 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the sandbox after the list's delete: %v, want not found", err)
 	}
 
+	// A tenant's key sees only its tenant's sandboxes (not the admin's one
+	// made here), and a key revoked while the page is open sends it back to
+	// the login page with the daemon's word.
+	hidden, err := d.client.CreateSandbox(t.Context(), api.CreateSandboxRequest{Labels: map[string]string{"owner": "dashboard-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := d.client.CreateAPIKey(t.Context(), api.CreateAPIKeyRequest{Tenant: "team-dash", Scope: api.ScopeWrite, Name: "dashboard test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step(t, ctx, "sign in with the tenant's key",
+		chromedp.Click(chromedp.ID("signout")),
+		chromedp.WaitVisible(chromedp.ID("login-key")),
+		chromedp.SendKeys(chromedp.ID("login-key"), tk.Key),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#sandbox-table td.empty")))
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#sandbox-table tbody tr[data-id]").length`)); n != 0 {
+		t.Errorf("the tenant's key lists %d sandboxes, want none (%s is the admin's)", n, hidden.ID)
+	}
+	if _, err := d.client.RevokeAPIKey(t.Context(), tk.ID); err != nil {
+		t.Fatal(err)
+	}
+	step(t, ctx, "see the revoked key refused",
+		chromedp.WaitVisible(chromedp.ID("login-error")),
+		chromedp.Poll[chromedp.Void](`document.getElementById("login-error").textContent.includes("refused the key")`, chromedp.WithPollingTimeout(5*time.Second)))
+
 	// The page and its files carry the policy that keeps them to this origin.
 	res, err := http.Get(d.url + "/")
 	if err != nil {
@@ -435,9 +454,6 @@ func BenchmarkDashboardFirstLoad(b *testing.B) {
 		b.Fatal(err)
 	}
 	key := dashboardKey(b, d)
-	if key == "" {
-		key = "any"
-	}
 	ctx := browser(b)
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(d.url+"/"),

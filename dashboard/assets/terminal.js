@@ -37,28 +37,26 @@ function base64Bytes(s) {
   return out;
 }
 
-// open opens the WebSocket with the key as a subprotocol entry. A daemon
-// that does not choose the berth subprotocol fails that handshake in the
-// browser; it is tried once more without the key (such a daemon takes
-// the terminal without one).
+// open opens the WebSocket, offering the berth subprotocol and the key as
+// the entry berth.key.<key> (the daemon takes the key from there, strips
+// it and chooses berth).
 function open(url) {
-  const attempt = (protocols) => new Promise((resolve, reject) => {
+  return new Promise((resolve, reject) => {
     let ws;
     try {
-      ws = protocols ? new WebSocket(url, protocols) : new WebSocket(url);
+      ws = new WebSocket(url, ["berth", "berth.key." + apiKey()]);
     } catch (err) {
-      reject(err);
+      reject(err); // a key that cannot be a subprotocol entry
       return;
     }
     ws.binaryType = "arraybuffer";
-    const fail = () => reject(new Error("the daemon refused the terminal's WebSocket or could not be reached"));
+    const fail = () => reject(new Error("the daemon refused the terminal's WebSocket (a key without write scope?) or could not be reached"));
     ws.addEventListener("open", () => {
       ws.removeEventListener("close", fail);
       resolve(ws);
     }, { once: true });
     ws.addEventListener("close", fail, { once: true });
   });
-  return attempt(["berth", "berth.key." + apiKey()]).catch(() => attempt(null));
 }
 
 export function terminalTab(panel, sb, { eventsReady, refresh }) {
