@@ -160,6 +160,7 @@ func (a *apiGroup) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	NoteSandbox(r, sb.ID)
 	return writeJSON(w, http.StatusCreated, sb)
 }
 
@@ -218,6 +219,7 @@ func (a *apiGroup) getOrCreate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	NoteSandbox(r, sb.ID)
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated

@@ -15,8 +15,8 @@ package e2b
 //   - metadata is the sandbox's labels, but for those under labelPrefix
 //     that hold E2B's settings.
 //
-// The X-API-Key header is accepted and ignored: berth runs without API
-// keys (issue 20 adds them), and every request acts for the edge's tenant.
+// The X-API-Key header carries a berth API key (the edge takes it as it
+// takes Authorization: Bearer), and every request acts for its tenant.
 
 import (
 	"context"
@@ -289,6 +289,7 @@ func (g *Group) createSandbox(w http.ResponseWriter, r *http.Request, defaultTim
 		}
 		return err
 	}
+	server.NoteSandbox(r, sb.ID)
 	return writeJSON(w, http.StatusCreated, g.sandboxRef(sb))
 }
 
