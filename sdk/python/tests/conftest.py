@@ -2,7 +2,10 @@
 
 The daemon binary is $BERTH_BINARY (make test builds it), else bin/berth of
 the repository. It runs as root (sandboxes need it) with a state directory
-of its own, and is stopped at the end.
+of its own, and is stopped at the end. Its TCP API wants an API key: the
+admin key it writes to <state>/admin.key on its first start goes into
+$BERTH_API_KEY for the session, so that every client (the SDK's default),
+the agents' tests and the examples they run send it, as a user would.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -77,10 +81,12 @@ def egress_netns() -> Iterator[str]:
 
 @dataclass
 class Daemon:
-    """The session's daemon: its TCP URL and its state directory."""
+    """The session's daemon: its TCP URL, its state directory and the admin
+    key it wrote there."""
 
     url: str
     state: str
+    admin_key: str
 
     @property
     def socket_url(self) -> str:
@@ -124,7 +130,19 @@ def daemon(egress_netns: str) -> Iterator[Daemon]:
                 log.flush()
                 pytest.fail(f"berth serve did not start: {Path(state, 'daemon.log').read_text()[-2000:]}")
             time.sleep(0.05)
-        yield Daemon(url, state)
+        # The daemon writes the key before it answers /healthz.
+        key = Path(state, "admin.key").read_text().strip()
+        if not key:
+            pytest.fail(f"berth serve wrote no admin key to {state}/admin.key")
+        saved = os.environ.get("BERTH_API_KEY")
+        os.environ["BERTH_API_KEY"] = key
+        try:
+            yield Daemon(url, state, key)
+        finally:
+            if saved is None:
+                os.environ.pop("BERTH_API_KEY", None)
+            else:
+                os.environ["BERTH_API_KEY"] = saved
     finally:
         proc.terminate()
         try:
@@ -139,6 +157,12 @@ def daemon(egress_netns: str) -> Iterator[Daemon]:
 @pytest.fixture(scope="session")
 def berth_url(daemon: Daemon) -> str:
     return daemon.url
+
+
+@pytest.fixture(scope="session")
+def admin_key(daemon: Daemon) -> str:
+    """The daemon's admin key (also the session's $BERTH_API_KEY)."""
+    return daemon.admin_key
 
 
 @pytest.fixture(scope="session")
@@ -166,3 +190,27 @@ def client(request: pytest.FixtureRequest, sync_client: Berth, berth_url: str) -
     finally:
         loop.run(c.aclose())
         loop.close()
+
+
+@pytest.fixture
+def client_with(
+    client: Berth, berth_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[str | None], Berth]]:
+    """Makes clients of the daemon of `client`'s kind (sync, or async behind
+    the sync face) with another API key; None makes one with no key at all,
+    as a user without $BERTH_API_KEY has. They are closed at the test's end."""
+    made: list[Any] = []
+
+    def make(api_key: str | None) -> Berth:
+        with monkeypatch.context() as m:
+            m.delenv("BERTH_API_KEY", raising=False)
+            if isinstance(client, Over):
+                c: Any = Over(AsyncBerth(berth_url, api_key=api_key), client._loop)
+            else:
+                c = Berth(berth_url, api_key=api_key)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()

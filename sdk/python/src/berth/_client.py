@@ -19,6 +19,7 @@ import tarfile
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import IO, Any, Callable, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -27,7 +28,9 @@ import httpx
 from ._terminal import AsyncTerminal, Terminal
 from .errors import SANDBOX_PAUSED, SANDBOX_STOPPED, BerthError, Conflict, DaemonUnreachable, DeadlineExceeded, InvalidArgument, error_for
 from .types import (
+    APIKey,
     ApplyResult,
+    AuditRecord,
     Diff,
     ExecEvent,
     ExecResult,
@@ -293,6 +296,32 @@ class Forks(list[_S]):
         self.frozen_ms = frozen_ms
 
 
+def _key_body(tenant: str | None, scope: str | None, name: str | None, expires_at: datetime | str | None) -> dict[str, Any]:
+    if isinstance(expires_at, datetime):
+        if expires_at.tzinfo is None:
+            raise InvalidArgument(f"expires_at: {expires_at!r} has no time zone (use datetime.now(timezone.utc) + ...)")
+        expires_at = expires_at.isoformat()
+    return _drop_none({"tenant": tenant, "scope": scope, "name": name, "expires_at": expires_at})
+
+
+def _key_id(key: str | APIKey) -> str:
+    id = key.id if isinstance(key, APIKey) else key
+    if not isinstance(id, str) or not id:
+        raise InvalidArgument(f"key: {key!r} is not a key id (an APIKey's id, not its secret)")
+    return id
+
+
+def _audit_params(tenant: str | None, sandbox: str | None, after: int, limit: int | None) -> dict[str, str]:
+    return _drop_none(
+        {
+            "tenant": tenant or None,
+            "sandbox": sandbox or None,
+            "after": str(after) if after else None,
+            "limit": str(limit) if limit else None,
+        }
+    )
+
+
 class _Ops:
     """Builds the call of every operation."""
 
@@ -553,6 +582,23 @@ class _Ops:
     @staticmethod
     def list_templates() -> _Call:
         return _Call("GET", "/v1/templates", parse=lambda r: r.json()["images"])
+
+    # API keys and the audit log (client/keys.go)
+    @staticmethod
+    def create_api_key(body: dict[str, Any]) -> _Call:
+        return _Call("POST", "/v1/keys", json=body, parse=lambda r: APIKey.from_json(r.json()))
+
+    @staticmethod
+    def list_api_keys() -> _Call:
+        return _Call("GET", "/v1/keys", parse=lambda r: [APIKey.from_json(k) for k in r.json()["keys"]])
+
+    @staticmethod
+    def revoke_api_key(id: str) -> _Call:
+        return _Call("DELETE", "/v1/keys/" + quote(id, safe=""), parse=lambda r: APIKey.from_json(r.json()))
+
+    @staticmethod
+    def audit(params: dict[str, str]) -> _Call:
+        return _Call("GET", "/v1/audit", params=params, parse=lambda r: [AuditRecord.from_json(a) for a in r.json()["records"]])
 
     @staticmethod
     def set_pool(image: str, size: int) -> _Call:
@@ -1250,6 +1296,39 @@ class Berth:
     def pools(self) -> list[dict[str, Any]]:
         return self._send(_Ops.pools())
 
+    # API keys (an admin key's calls) and the audit log
+    def create_api_key(
+        self,
+        tenant: str | None = None,
+        *,
+        scope: str | None = None,
+        name: str | None = None,
+        expires_at: datetime | str | None = None,
+    ) -> APIKey:
+        """Make an API key (an admin key's call): ``scope`` ``read``, ``write``
+        (the daemon's default) or ``admin``; read and write keys act for one
+        ``tenant`` (a DNS label) and see only its objects, admin keys for the
+        operator. The answer's ``key`` is the secret, shown this once; the key
+        stops working at ``expires_at`` (an aware datetime or RFC 3339), if set."""
+        return self._send(_Ops.create_api_key(_key_body(tenant, scope, name, expires_at)))
+
+    def list_api_keys(self) -> list[APIKey]:
+        """Every key, revoked and expired ones too, oldest first, never with its secret."""
+        return self._send(_Ops.list_api_keys())
+
+    def revoke_api_key(self, key: str | APIKey) -> APIKey:
+        """Stop a key (by id, or an :class:`APIKey`) from working, at once; it stays listed."""
+        return self._send(_Ops.revoke_api_key(_key_id(key)))
+
+    def audit(
+        self, *, tenant: str | None = None, sandbox: str | None = None, after: int = 0, limit: int | None = None
+    ) -> list[AuditRecord]:
+        """The audit log of mutating calls, oldest first: the key's tenant's, or
+        for the operator every tenant's (or ``tenant``'s); ``sandbox`` for one
+        sandbox's calls, ``after`` a ``seq`` for newer ones only, ``limit`` the
+        newest that many (default 1000)."""
+        return self._send(_Ops.audit(_audit_params(tenant, sandbox, after, limit)))
+
 
 _CREATE_KW = (
     "env", "user", "workdir", "image", "memory", "cpus", "pids", "disk", "idle_timeout", "delete_after", "runtime", "network", "allow",
@@ -1677,6 +1756,29 @@ class AsyncBerth:
 
     async def pools(self) -> list[dict[str, Any]]:
         return await self._send(_Ops.pools())
+
+    async def create_api_key(
+        self,
+        tenant: str | None = None,
+        *,
+        scope: str | None = None,
+        name: str | None = None,
+        expires_at: datetime | str | None = None,
+    ) -> APIKey:
+        """As :meth:`Berth.create_api_key`."""
+        return await self._send(_Ops.create_api_key(_key_body(tenant, scope, name, expires_at)))
+
+    async def list_api_keys(self) -> list[APIKey]:
+        return await self._send(_Ops.list_api_keys())
+
+    async def revoke_api_key(self, key: str | APIKey) -> APIKey:
+        return await self._send(_Ops.revoke_api_key(_key_id(key)))
+
+    async def audit(
+        self, *, tenant: str | None = None, sandbox: str | None = None, after: int = 0, limit: int | None = None
+    ) -> list[AuditRecord]:
+        """As :meth:`Berth.audit`."""
+        return await self._send(_Ops.audit(_audit_params(tenant, sandbox, after, limit)))
 
 
 __all__ = [

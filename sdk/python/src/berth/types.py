@@ -310,6 +310,78 @@ class ApplyResult:
         )
 
 
+@dataclass
+class APIKey:
+    """An API key as the daemon shows it. ``key``, the secret to send as
+    ``Berth(api_key=...)``, is set only in the answer to its creation (it is
+    stored hashed); it never shows in the key's repr."""
+
+    id: str
+    scope: str
+    # The tenant that owns what the key creates and is all it sees; "" for
+    # an admin key, which acts for the operator.
+    tenant: str = ""
+    name: str = ""
+    created_at: str = ""
+    expires_at: str = ""
+    revoked_at: str = ""
+    key: str = field(default="", repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def revoked(self) -> bool:
+        return bool(self.revoked_at)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> APIKey:
+        return cls(
+            id=str(d["id"]),
+            scope=str(d.get("scope") or ""),
+            tenant=str(d.get("tenant") or ""),
+            name=str(d.get("name") or ""),
+            created_at=str(d.get("created_at") or ""),
+            expires_at=str(d.get("expires_at") or ""),
+            revoked_at=str(d.get("revoked_at") or ""),
+            key=str(d.get("key") or ""),
+            raw={k: v for k, v in d.items() if k != "key"},
+        )
+
+
+@dataclass
+class AuditRecord:
+    """One mutating API call in the audit log: who (tenant, key id), what
+    (method, route, path, sandbox) and how it ended (status, error class)."""
+
+    seq: int
+    at: str
+    method: str
+    route: str
+    path: str
+    status: int
+    request_id: str = ""
+    tenant: str = ""
+    key_id: str = ""
+    sandbox_id: str = ""
+    # The error's class ("permission_denied", ...), "" for a success.
+    error: str = ""
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> AuditRecord:
+        return cls(
+            seq=int(d["seq"]),
+            at=str(d.get("at") or ""),
+            method=str(d.get("method") or ""),
+            route=str(d.get("route") or ""),
+            path=str(d.get("path") or ""),
+            status=int(d.get("status") or 0),
+            request_id=str(d.get("request_id") or ""),
+            tenant=str(d.get("tenant") or ""),
+            key_id=str(d.get("key_id") or ""),
+            sandbox_id=str(d.get("sandbox_id") or ""),
+            error=str(d.get("error") or ""),
+        )
+
+
 class FileInfo(TypedDict):
     """A file as stat, list and glob describe it."""
 
@@ -375,7 +447,9 @@ class FileResult(TypedDict):
 
 __all__ = [
     "SNAPSHOT_PREFIX",
+    "APIKey",
     "ApplyResult",
+    "AuditRecord",
     "Change",
     "Diff",
     "ExecEvent",
