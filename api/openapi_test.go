@@ -56,6 +56,9 @@ var schemaTypes = map[string]reflect.Type{
 	"ListAPIKeysResponse": reflect.TypeFor[ListAPIKeysResponse](),
 	"AuditRecord":         reflect.TypeFor[AuditRecord](),
 	"ListAuditResponse":   reflect.TypeFor[ListAuditResponse](),
+	"Quota":               reflect.TypeFor[Quota](),
+	"TenantUsage":         reflect.TypeFor[TenantUsage](),
+	"UsageResponse":       reflect.TypeFor[UsageResponse](),
 	"EgressRecord":        reflect.TypeFor[EgressRecord](),
 	"ListEgressResponse":  reflect.TypeFor[ListEgressResponse](),
 	"EgressSummary":       reflect.TypeFor[EgressSummary](),
@@ -203,6 +206,8 @@ var wantRoutes = []Route{
 	{"GET", "/v1/snapshots/{name}"},
 	{"GET", "/v1/templates"},
 	{"POST", "/v1/templates/build"},
+	{"PUT", "/v1/tenants/{tenant}/quota"},
+	{"GET", "/v1/usage"},
 	{"GET", "/v1/version"},
 }
 
@@ -225,7 +230,7 @@ var enumConsts = []struct {
 }
 
 // typeFiles are the files that declare the API's wire types.
-var typeFiles = []string{"types.go", "files.go", "network.go", "ports.go", "terminals.go", "images.go", "templates.go", "snapshots.go", "keys.go"}
+var typeFiles = []string{"types.go", "files.go", "network.go", "ports.go", "terminals.go", "images.go", "templates.go", "snapshots.go", "keys.go", "tenants.go"}
 
 // declaredStructs returns the exported struct types of typeFiles.
 func declaredStructs(t *testing.T) map[string]*ast.TypeSpec {

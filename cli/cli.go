@@ -53,7 +53,7 @@ func AddCommands(root *cobra.Command) {
 		imageCommand(connect), poolCommand(connect), templateCommand(connect),
 		snapshotCommand(connect), forkCommand(connect), diffCommand(connect), applyCommand(connect),
 		pauseCommand(connect), resumeCommand(connect), mcpCommand(connect),
-		keyCommand(connect), auditCommand(connect),
+		keyCommand(connect), auditCommand(connect), quotaCommand(connect), usageCommand(connect),
 	)
 }
 

@@ -64,3 +64,23 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]api.AuditRecord, er
 	err := c.do(ctx, http.MethodGet, "/v1/audit", v, nil, &r)
 	return r.Records, err
 }
+
+// SetQuota sets a tenant's quota (an admin key's call; an all-zero quota
+// removes it) and returns the tenant's usage.
+func (c *Client) SetQuota(ctx context.Context, tenant string, q api.Quota) (api.TenantUsage, error) {
+	var u api.TenantUsage
+	err := c.do(ctx, http.MethodPut, "/v1/tenants/"+url.PathEscape(tenant)+"/quota", nil, q, &u)
+	return u, err
+}
+
+// Usage returns the key's tenant's usage; the operator's call returns
+// every tenant's, or tenant's when given.
+func (c *Client) Usage(ctx context.Context, tenant string) ([]api.TenantUsage, error) {
+	var v url.Values
+	if tenant != "" {
+		v = url.Values{"tenant": {tenant}}
+	}
+	var r api.UsageResponse
+	err := c.do(ctx, http.MethodGet, "/v1/usage", v, nil, &r)
+	return r.Tenants, err
+}

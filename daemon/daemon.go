@@ -269,7 +269,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	d.closers = append(d.closers, func() error { auditLog.Close(); return nil })
 	d.Server = server.New(server.Config{Log: log, Hosts: cfg.AllowedHosts, Authenticate: authn, Auditor: auditLog},
 		server.API(m, metrics, server.WithPortsDomain(cfg.Domain)),
-		server.ImagesAPI(images, m), server.TemplatesAPI(builder, images), server.KeysAPI(keys, auditLog), e2bGroup, proxy, dashboard.New())
+		server.ImagesAPI(images, m), server.TemplatesAPI(builder, images), server.KeysAPI(keys, auditLog), server.TenantsAPI(m), e2bGroup, proxy, dashboard.New())
 	return d, nil
 }
 

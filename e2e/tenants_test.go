@@ -157,7 +157,8 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 	}
 	// The operator's routes: images and keys refuse a tenant's key whatever
 	// the object; images are a catalog every tenant reads.
-	operator := map[string]bool{"DELETE /v1/images/{ref}": true, "GET /v1/keys/{key}": true, "DELETE /v1/keys/{key}": true}
+	operator := map[string]bool{"DELETE /v1/images/{ref}": true, "GET /v1/keys/{key}": true, "DELETE /v1/keys/{key}": true,
+		"PUT /v1/tenants/{tenant}/quota": true}
 	shared := map[string]bool{"GET /v1/images/{ref}": true}
 
 	routes, err := api.Routes()
@@ -187,6 +188,7 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 			}
 			p = strings.ReplaceAll(p, "{ref}", "tenant-b/image")
 			p = strings.ReplaceAll(p, "{key}", keyB.ID)
+			p = strings.ReplaceAll(p, "{tenant}", "tenant-b")
 			if strings.Contains(p, "{") {
 				t.Fatalf("%s: the tenant table has no object for a parameter of %s: add one", op, p)
 			}
@@ -269,6 +271,9 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 		t.Fatalf("the operator's audit of tenant-b: %d %v", len(recs), err)
 	}
 	// The operator's routes refuse a tenant's write key.
+	if list, err := a.Usage(ctx, "tenant-b"); err != nil || len(list) != 1 || list[0].Tenant != "tenant-a" {
+		t.Fatalf("A asked for B's usage: %+v %v", list, err)
+	}
 	for _, op := range [][2]string{{"GET", "/metrics"}, {"GET", "/v1/keys"}, {"POST", "/v1/keys"}, {"PUT", "/v1/pools"}, {"POST", "/v1/images/prune"}, {"POST", "/v1/templates/build"}} {
 		if _, class, raw := d.call(t, keyA.Key, op[0], op[1], []byte("{}"), nil); class != string(errdefs.PermissionDenied) {
 			t.Errorf("%s %s with a tenant's key: %s", op[0], op[1], raw)

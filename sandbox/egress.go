@@ -242,4 +242,7 @@ func (m *Manager) FollowEgress(ctx context.Context, tenant, id string, q store.E
 }
 
 // RecordEgress takes an egress record of sandbox id from its network.
-func (m *Manager) RecordEgress(id string, rec api.EgressRecord) { m.egress.add(id, rec) }
+func (m *Manager) RecordEgress(id string, rec api.EgressRecord) {
+	m.egress.add(id, rec)
+	m.meterEgress(id, rec)
+}

@@ -78,6 +78,9 @@ func (m *Manager) stopLocked(ctx context.Context, tenant, id, reason string) err
 	if rec.State != api.StateRunning && rec.State != api.StatePaused {
 		return errdefs.New(errdefs.Conflict, "sandbox %s is %s; only a running or paused sandbox can be stopped", id, rec.State)
 	}
+	if rec.State == api.StateRunning {
+		m.meterOne(ctx, rec) // its last sample, before its processes go
+	}
 	st, err := m.stopper(rec)
 	if err != nil {
 		return err
@@ -123,6 +126,11 @@ func (m *Manager) startLocked(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
+	release, err := m.admit(ctx, rec.Tenant, req, false)
+	if err != nil {
+		return err
+	}
+	defer release()
 	spec, err := m.resolve(ctx, id, rec.IDRange, req, imageRef(rec))
 	if err != nil {
 		return err

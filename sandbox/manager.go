@@ -53,6 +53,9 @@ type Config struct {
 	WarmPools map[string]int
 	// SweepInterval is how often timeouts are checked (default 1s).
 	SweepInterval time.Duration
+	// UsageInterval is how often running sandboxes are sampled for the
+	// tenants' usage counters (default 5s).
+	UsageInterval time.Duration
 	// Now is the manager's clock (default time.Now); tests inject one.
 	Now func() time.Time
 	// ExecOutputBudget bounds the output that running plain (not streamed)
@@ -91,6 +94,10 @@ type Manager struct {
 	log    *slog.Logger
 
 	mu   sync.Mutex
+	// ten is the tenants' quotas and usage; admitMu makes each quota
+	// admission one step.
+	ten     tenancy
+	admitMu sync.Mutex
 	live map[string]*liveSandbox // running sandboxes with a guest connection
 
 	outputs budget    // output that plain execs hold until their end
@@ -179,6 +186,9 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, image
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = time.Second
 	}
+	if cfg.UsageInterval == 0 {
+		cfg.UsageInterval = 5 * time.Second
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -201,7 +211,9 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, image
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{cfg: cfg, store: st, tiers: tiers, images: images, log: log, live: map[string]*liveSandbox{}, wake: make(chan struct{}, 1),
 		ctx: ctx, cancel: cancel, outputs: budget{size: cfg.ExecOutputBudget},
-		ranges: newIDRanges(cfg.IDMap.Ranges()), net: cfg.Network}
+		ranges: newIDRanges(cfg.IDMap.Ranges()), net: cfg.Network,
+		ten: tenancy{quotas: map[string]api.Quota{}, pending: map[string]holding{}, usage: map[string]api.TenantUsage{},
+			seen: map[string]sample{}, since: cfg.Now()}}
 	m.egress = newEgressLog(st, log, func(id string, rec api.EgressRecord) {
 		m.emit(id, api.EgressDenied, func(ev *api.SandboxEvent) { ev.Egress = &rec })
 	})
@@ -266,8 +278,12 @@ func (m *Manager) Start(ctx context.Context) error {
 			m.forget(rec.ID)
 		}
 	}
-	m.wg.Add(1)
+	if err := m.loadTenancy(ctx); err != nil {
+		return err
+	}
+	m.wg.Add(2)
 	go m.sweeper()
+	go m.meterLoop()
 	m.startPool()
 	return nil
 }
@@ -453,6 +469,11 @@ func (m *Manager) create(ctx context.Context, tenant string, req api.CreateSandb
 		sb  api.Sandbox
 		err error
 	)
+	release, err := m.admit(ctx, tenant, req, true)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer release()
 	if id, ok := m.takePooled(req, imageID); ok {
 		if sb, err = m.claim(ctx, tenant, id, req, imageID); err != nil {
 			m.log.Warn("warm pool hand-over failed; booting a new sandbox", "sandbox", id, "err", err)
@@ -651,6 +672,9 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	t, ok := m.tiers[rec.Runtime]
 	if !ok {
 		return errdefs.New(errdefs.Unavailable, "sandbox %s: runtime %q is not available in this daemon", id, rec.Runtime)
+	}
+	if rec.State == api.StateRunning {
+		m.meterOne(ctx, rec) // its last sample, before its processes go
 	}
 	if err := m.store.UpdateState(ctx, id, api.StateDeleting, "", m.cfg.Now()); err != nil {
 		return err

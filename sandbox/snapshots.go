@@ -84,6 +84,9 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if err := snapshottable(rec, "snapshot"); err != nil {
 		return api.Snapshot{}, err
 	}
+	if err := m.admitSnapshot(ctx, rec.Tenant); err != nil {
+		return api.Snapshot{}, err
+	}
 	sn, err := m.capture(ctx, rec, req.Name, req.Labels, true)
 	if err != nil {
 		return api.Snapshot{}, err

@@ -159,6 +159,31 @@ var metricDescs = sync.OnceValues(func() (*prometheus.Desc, []usageMetric) {
 	}
 })
 
+// tenantDescs are the tenants' usage counters, what a team bills on.
+var tenantDescs = sync.OnceValue(func() []tenantMetric {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, append([]string{"tenant"}, labels...), nil)
+	}
+	return []tenantMetric{
+		{desc("berth_tenant_sandbox_seconds_total", "Seconds the tenant's sandboxes ran, summed."), nil,
+			func(u api.TenantUsage) float64 { return u.SandboxSeconds }},
+		{desc("berth_tenant_cpu_seconds_total", "CPU time of the tenant's sandboxes."), nil,
+			func(u api.TenantUsage) float64 { return u.CPUSeconds }},
+		{desc("berth_tenant_memory_gb_seconds_total", "Memory in use by the tenant's sandboxes, in GB (10^9 bytes) times seconds."), nil,
+			func(u api.TenantUsage) float64 { return u.MemoryGBSeconds }},
+		{desc("berth_tenant_egress_bytes_total", "Bytes of the tenant's sandboxes' egress, by direction.", "direction"), []string{"out"},
+			func(u api.TenantUsage) float64 { return float64(u.EgressBytesOut) }},
+		{desc("berth_tenant_egress_bytes_total", "Bytes of the tenant's sandboxes' egress, by direction.", "direction"), []string{"in"},
+			func(u api.TenantUsage) float64 { return float64(u.EgressBytesIn) }},
+	}
+})
+
+type tenantMetric struct {
+	desc   *prometheus.Desc
+	labels []string
+	val    func(api.TenantUsage) float64
+}
+
 type collector struct{ m *Manager }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
@@ -166,6 +191,11 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sandboxes
 	for _, u := range usage {
 		ch <- u.desc
+	}
+	for i, t := range tenantDescs() {
+		if i < 4 { // the egress pair shares one desc
+			ch <- t.desc
+		}
 	}
 }
 
@@ -207,5 +237,20 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for st, n := range states {
 		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, float64(n), st)
+	}
+	m.ten.mu.Lock()
+	usage := make([]api.TenantUsage, 0, len(m.ten.usage))
+	for _, u := range m.ten.usage {
+		usage = append(usage, u)
+	}
+	m.ten.mu.Unlock()
+	for _, u := range usage {
+		tenant := u.Tenant
+		if tenant == "" {
+			tenant = "-" // the operator's own
+		}
+		for _, t := range tenantDescs() {
+			ch <- prometheus.MustNewConstMetric(t.desc, prometheus.CounterValue, t.val(u), append([]string{tenant}, t.labels...)...)
+		}
 	}
 }

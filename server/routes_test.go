@@ -25,7 +25,7 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 		doc = append(doc, r.Method+" "+r.Path)
 	}
 	var served []string
-	srv := server.New(server.Config{Log: slog.New(slog.DiscardHandler)}, server.API(nil, nil), server.ImagesAPI(nil, nil), server.TemplatesAPI(nil, nil), server.KeysAPI(nil, nil), ports.New(ports.Config{}, nil))
+	srv := server.New(server.Config{Log: slog.New(slog.DiscardHandler)}, server.API(nil, nil), server.ImagesAPI(nil, nil), server.TemplatesAPI(nil, nil), server.KeysAPI(nil, nil), server.TenantsAPI(nil), ports.New(ports.Config{}, nil))
 	for _, r := range srv.Routes() {
 		if r.Method != "" {
 			// A {name...} wildcard is one path parameter to OpenAPI.

@@ -136,6 +136,19 @@ func migrations() []string {
 			request_id TEXT NOT NULL
 		);
 		CREATE INDEX audit_tenant ON audit(tenant, seq);`,
+		`CREATE TABLE quotas (
+			tenant TEXT PRIMARY KEY,
+			quota BLOB NOT NULL,
+			updated_at INTEGER NOT NULL
+		);
+		CREATE TABLE tenant_usage (
+			tenant TEXT PRIMARY KEY,
+			sandbox_seconds REAL NOT NULL,
+			cpu_seconds REAL NOT NULL,
+			memory_gb_seconds REAL NOT NULL,
+			egress_bytes_out INTEGER NOT NULL,
+			egress_bytes_in INTEGER NOT NULL
+		);`,
 	}
 }
 

@@ -444,7 +444,7 @@ func TestMigratesOldSchema(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "berth.db")
 	ctx := t.Context()
 	s := open(t, path)
-	if _, err := s.w.ExecContext(ctx, `DROP TABLE audit; DROP TABLE api_keys; DROP TABLE snapshots; DROP TABLE build_cache; DROP TABLE layers; DROP TABLE image_names; DROP TABLE images; DROP TABLE egress; DROP TABLE sandbox_ca; DROP TABLE secrets; DROP TABLE sandbox_labels; DROP TABLE sandboxes; PRAGMA user_version = 0;`); err != nil {
+	if _, err := s.w.ExecContext(ctx, `DROP TABLE tenant_usage; DROP TABLE quotas; DROP TABLE audit; DROP TABLE api_keys; DROP TABLE snapshots; DROP TABLE build_cache; DROP TABLE layers; DROP TABLE image_names; DROP TABLE images; DROP TABLE egress; DROP TABLE sandbox_ca; DROP TABLE secrets; DROP TABLE sandbox_labels; DROP TABLE sandboxes; PRAGMA user_version = 0;`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.w.ExecContext(ctx, migrations()[0]+`; PRAGMA user_version = 1;
