@@ -93,12 +93,12 @@ type Manager struct {
 	images Images
 	log    *slog.Logger
 
-	mu   sync.Mutex
+	mu sync.Mutex
 	// ten is the tenants' quotas and usage; admitMu makes each quota
 	// admission one step.
 	ten     tenancy
 	admitMu sync.Mutex
-	live map[string]*liveSandbox // running sandboxes with a guest connection
+	live    map[string]*liveSandbox // running sandboxes with a guest connection
 
 	outputs budget    // output that plain execs hold until their end
 	ranges  *idRanges // sandboxes' ranges of host ids
