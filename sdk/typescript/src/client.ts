@@ -13,13 +13,16 @@ import { type Body, type Call, type Query, Transport, endpoint, lines } from "./
 import { Terminal, openTerminal } from "./terminal.js";
 import { tarOf, type TarEntry } from "./tar.js";
 import {
+  type APIKey,
   type ApplyResult,
+  type AuditRecord,
   type BuildEvent,
   type BuildResult,
   type Image,
   type Pool,
   type PullEvent,
   type RuntimeInfo,
+  type Scope,
   type Secret,
   type Usage,
   type VersionInfo,
@@ -1220,6 +1223,87 @@ export class Berth {
   async pools(): Promise<Pool[]> {
     return (await this.transport.json({ method: "GET", path: "/v1/pools" })).pools;
   }
+
+  // API keys (an admin key's calls) and the audit log
+
+  /** Makes an API key (an admin key's call): scope read, write (the
+   * daemon's default) or admin; read and write keys act for one tenant (a
+   * DNS label) and see only its objects, admin keys for the operator. The
+   * answer's key is the secret, shown this once; the key stops working at
+   * expiresAt, when set. */
+  async createApiKey(opts: CreateAPIKeyOptions = {}): Promise<APIKey> {
+    let expires: string | undefined;
+    if (opts.expiresAt instanceof Date) {
+      if (Number.isNaN(opts.expiresAt.getTime())) throw new InvalidArgument("expiresAt: an invalid Date");
+      expires = opts.expiresAt.toISOString();
+    } else {
+      expires = opts.expiresAt;
+    }
+    const body = dropUndefined({ tenant: opts.tenant, scope: opts.scope, name: opts.name, expires_at: expires });
+    return apiKey(await this.transport.json({ method: "POST", path: "/v1/keys", json: body }));
+  }
+
+  /** Every key, revoked and expired ones too, oldest first, never with its secret. */
+  async listApiKeys(): Promise<APIKey[]> {
+    return ((await this.transport.json({ method: "GET", path: "/v1/keys" })).keys as Json[]).map(apiKey);
+  }
+
+  /** Stops a key (by id, or an APIKey) from working, at once; it stays listed. */
+  async revokeApiKey(key: string | APIKey): Promise<APIKey> {
+    const id = typeof key === "string" ? key : key?.id;
+    if (typeof id !== "string" || !id) {
+      throw new InvalidArgument(`key: ${JSON.stringify(id ?? null)} is not a key id (an APIKey's id, not its secret)`);
+    }
+    return apiKey(await this.transport.json({ method: "DELETE", path: "/v1/keys/" + encodeURIComponent(id) }));
+  }
+
+  /** The audit log of mutating calls, oldest first: the key's tenant's, or
+   * for the operator every tenant's (or opts.tenant's); opts.sandbox for one
+   * sandbox's calls, opts.after a seq for newer ones only, opts.limit the
+   * newest that many (default 1000). */
+  async audit(opts: AuditQuery = {}): Promise<AuditRecord[]> {
+    const query = {
+      tenant: opts.tenant || undefined,
+      sandbox: opts.sandbox || undefined,
+      after: opts.after || undefined,
+      limit: opts.limit || undefined,
+    };
+    return (await this.transport.json({ method: "GET", path: "/v1/audit", query })).records;
+  }
+}
+
+/** What createApiKey makes. */
+export interface CreateAPIKeyOptions {
+  /** Required for read and write keys, refused for admin keys. */
+  tenant?: string;
+  /** Default write. */
+  scope?: Scope;
+  /** A note for people (at most 200 bytes). */
+  name?: string;
+  /** When the key stops working: a Date or an RFC 3339 time, in the future. */
+  expiresAt?: Date | string;
+}
+
+/** Which audit records to read. */
+export interface AuditQuery {
+  /** One tenant's calls (the operator's filter). */
+  tenant?: string;
+  /** One sandbox's calls. */
+  sandbox?: string;
+  /** Records with a larger seq only. */
+  after?: number;
+  /** The most records, the newest (default 1000). */
+  limit?: number;
+}
+
+/** An API key from JSON, its secret (when there is one) not enumerable. */
+function apiKey(d: Json): APIKey {
+  const { key, ...rest } = d;
+  const k = rest as APIKey;
+  if (typeof key === "string" && key) {
+    Object.defineProperty(k, "key", { value: key, enumerable: false, writable: false, configurable: false });
+  }
+  return k;
 }
 
 function pullEvent(d: Json): PullEvent {

@@ -557,3 +557,42 @@ export interface WatchEvent {
   isDir: boolean;
   time: string;
 }
+
+/** An API key's scope, each allowing what the one before it does: read
+ * (GETs and the file operations that only read), write (everything to its
+ * tenant's objects), admin (the operator's: every tenant, the keys). */
+export type Scope = "read" | "write" | "admin";
+
+/** An API key as the daemon shows it. */
+export interface APIKey {
+  id: string;
+  /** The tenant that owns what the key creates and is all it sees; absent
+   * for an admin key, which acts for the operator. */
+  tenant?: string;
+  scope: Scope | (string & {});
+  name?: string;
+  created_at: string;
+  expires_at?: string;
+  revoked_at?: string;
+  /** The secret, to send as `new Berth({ apiKey })`: only in the answer to
+   * createApiKey (it is stored hashed). Not enumerable, so that
+   * JSON.stringify and util.inspect of the key never show it. */
+  key?: string;
+}
+
+/** One mutating API call in the audit log. */
+export interface AuditRecord {
+  seq: number;
+  at: string;
+  tenant?: string;
+  key_id?: string;
+  method: string;
+  /** The route's pattern: /v1/sandboxes/{id}. */
+  route: string;
+  path: string;
+  sandbox_id?: string;
+  status: number;
+  /** The error's class (permission_denied, …), absent for a success. */
+  error?: string;
+  request_id: string;
+}

@@ -2,6 +2,9 @@
 // with a state directory of its own under /var/tmp/berth-test (chmod 755:
 // sandboxes run as unprivileged uids and must traverse it). The binary is
 // $BERTH_BINARY, else the repository's bin/berth. Stop it with stop().
+// Its TCP API wants an API key: the admin key it writes to <state>/admin.key
+// on its first start goes into process.env.BERTH_API_KEY, so that every
+// client the test file makes (the SDK's default) sends it, as a user's would.
 import { execFileSync, spawn } from 'node:child_process'
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
@@ -22,7 +25,8 @@ export function freePort() {
 
 export const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
 
-/** Starts a daemon (args are more flags of berth serve); resolves to { url, socketUrl, state, stop }. */
+/** Starts a daemon (args are more flags of berth serve); resolves to
+ * { url, socketUrl, state, adminKey, stop, logPath }. */
 export async function startDaemon({ prefix = 'tssdk-', warmPool = 2, args: extra = [] } = {}) {
   const binary = process.env.BERTH_BINARY || join(repo, 'bin', 'berth')
   if (!existsSync(binary)) throw new Error(`no berth binary at ${binary}: run make build (or set BERTH_BINARY)`)
@@ -64,6 +68,14 @@ export async function startDaemon({ prefix = 'tssdk-', warmPool = 2, args: extra
     }
     await sleep(50)
   }
+  // The daemon writes the key before it answers /healthz.
+  const adminKey = readFileSync(join(state, 'admin.key'), 'utf8').trim()
+  if (!adminKey) {
+    proc.kill('SIGKILL')
+    removeState(state)
+    throw new Error(`berth serve wrote no admin key to ${state}/admin.key`)
+  }
+  process.env.BERTH_API_KEY = adminKey
   const stop = async () => {
     if (proc.exitCode === null) {
       const exited = new Promise((ok) => proc.once('exit', ok))
@@ -74,7 +86,7 @@ export async function startDaemon({ prefix = 'tssdk-', warmPool = 2, args: extra
     }
     removeState(state)
   }
-  return { url, socketUrl: 'unix://' + join(state, 'berth.sock'), state, stop, logPath }
+  return { url, socketUrl: 'unix://' + join(state, 'berth.sock'), state, adminKey, stop, logPath }
 }
 
 /** Removes a state directory, first detaching what the daemon left mounted

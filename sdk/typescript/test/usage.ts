@@ -20,6 +20,8 @@ import {
   type FileResult,
   type Sandbox,
   type Terminal,
+  type APIKey,
+  type AuditRecord,
 } from "@berthsh/berth";
 
 export async function connect(): Promise<void> {
@@ -186,4 +188,17 @@ export async function errors(sb: Sandbox): Promise<void> {
     else if (err instanceof BerthError) console.log(err.details);
     else throw err;
   }
+}
+
+export async function keys(): Promise<void> {
+  const admin = new Berth();
+  const key: APIKey = await admin.createApiKey({ tenant: "team-a", scope: "write", name: "ci" });
+  const teamA = new Berth({ apiKey: key.key });
+  const reader = await admin.createApiKey({ tenant: "team-a", scope: "read", expiresAt: new Date(Date.now() + 86_400_000) });
+  console.log((await admin.listApiKeys()).map((k) => [k.id, k.tenant, k.scope, k.revoked_at]));
+  await admin.revokeApiKey(reader);
+  const records: AuditRecord[] = await admin.audit({ tenant: "team-a" });
+  for (const r of records) console.log(r.seq, r.key_id, r.method, r.path, r.status, r.error);
+  teamA.close();
+  admin.close();
 }
