@@ -1,6 +1,8 @@
 // E2B's own JavaScript SDK (the npm package e2b), unchanged, against berth:
 // a real daemon started here, the SDK pointed at it by E2B_API_URL and
-// E2B_SANDBOX_URL. Run by `make test` with Node's test runner.
+// E2B_SANDBOX_URL, and E2B_API_KEY set to a berth API key (the admin key the
+// daemon writes to <state>/admin.key on its first start), as a real E2B user
+// sets theirs. Run by `make test` with Node's test runner.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
@@ -49,7 +51,10 @@ before(async () => {
   }
   process.env.E2B_API_URL = url
   process.env.E2B_SANDBOX_URL = url
-  process.env.E2B_API_KEY = 'e2b_berth_ignores_this_key'
+  // The daemon writes its first admin key before it answers /healthz.
+  const key = readFileSync(join(state, 'admin.key'), 'utf8').trim()
+  if (!key) throw new Error(`berth serve wrote no admin key to ${state}/admin.key`)
+  process.env.E2B_API_KEY = key
 })
 
 after(async () => {
@@ -216,5 +221,42 @@ test('createSnapshot, listSnapshots, create from a snapshot, deleteSnapshot; for
     }
   } finally {
     await sbx.kill()
+  }
+})
+
+test('API keys: a wrong key is AuthenticationError; a tenant key sees its own sandboxes only', async () => {
+  const { Sandbox, AuthenticationError, NotFoundError } = await e2b()
+  await assert.rejects(
+    Sandbox.create({ timeoutMs: 60_000, apiKey: 'e2b_0123456789abcdef0123456789abcdef01234567' }),
+    (e) => e instanceof AuthenticationError,
+  )
+  await assert.rejects(
+    Sandbox.list({ apiKey: 'berth_' + '0'.repeat(12) + '_' + '0'.repeat(64) }).nextItems(),
+    (e) => e instanceof AuthenticationError,
+  )
+  // E2B's API makes no keys: this one is made through berth's (POST /v1/keys) with the admin key.
+  const res = await fetch(url + '/v1/keys', {
+    method: 'POST',
+    headers: { Authorization: 'Bearer ' + process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ tenant: 't-e2bjs', name: `e2bjs-test-${process.pid}` }),
+  })
+  assert.equal(res.status, 201)
+  const tenantKey = (await res.json()).key
+  const mine = await Sandbox.create({ metadata: { suite: 'node-keys' }, timeoutMs: 60_000, apiKey: tenantKey })
+  const theirs = await Sandbox.create({ metadata: { suite: 'node-keys' }, timeoutMs: 60_000 })
+  try {
+    assert.equal((await mine.commands.run('echo mine')).stdout, 'mine\n')
+    const query = { metadata: { suite: 'node-keys' } }
+    assert.deepEqual((await Sandbox.list({ query, apiKey: tenantKey }).nextItems()).map((s) => s.sandboxId), [mine.sandboxId])
+    assert.deepEqual(
+      new Set((await Sandbox.list({ query }).nextItems()).map((s) => s.sandboxId)),
+      new Set([mine.sandboxId, theirs.sandboxId]),
+    )
+    await assert.rejects(Sandbox.getInfo(theirs.sandboxId, { apiKey: tenantKey }), NotFoundError)
+    assert.equal(await Sandbox.kill(theirs.sandboxId, { apiKey: tenantKey }), false)
+    assert.equal(await theirs.isRunning(), true)
+  } finally {
+    await theirs.kill()
+    await mine.kill()
   }
 })

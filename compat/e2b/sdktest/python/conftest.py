@@ -1,6 +1,8 @@
 """Fixtures: a real `berth serve` on loopback, and E2B's SDK pointed at it
 the way docs/e2b.md tells users to: E2B_API_URL and E2B_SANDBOX_URL set to
-the daemon's URL, any E2B_API_KEY.
+the daemon's URL, and E2B_API_KEY to a berth API key (here the admin key the
+daemon writes to <state>/admin.key on its first start), as a real E2B user
+sets theirs.
 
 The daemon binary is $BERTH_BINARY (make test builds it), else bin/berth.
 """
@@ -28,8 +30,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_daemon() -> tuple[subprocess.Popen, str, str]:
-    """Starts berth serve; returns the process, its URL and state dir."""
+def start_daemon() -> tuple[subprocess.Popen, str, str, str]:
+    """Starts berth serve; returns the process, its URL, state dir and admin key."""
     binary = os.environ.get("BERTH_BINARY") or str(REPO / "bin" / "berth")
     if not os.path.exists(binary):
         pytest.fail(f"no berth binary at {binary}: run make build (or set BERTH_BINARY)")
@@ -55,16 +57,21 @@ def start_daemon() -> tuple[subprocess.Popen, str, str]:
         if proc.poll() is not None or time.monotonic() > deadline:
             pytest.fail(f"berth serve did not start: {Path(state, 'daemon.log').read_text()[-2000:]}")
         time.sleep(0.05)
-    return proc, url, state
+    # The daemon writes its first admin key before it answers /healthz.
+    key = Path(state, "admin.key").read_text().strip()
+    if not key:
+        proc.kill()
+        pytest.fail(f"berth serve wrote no admin key to {state}/admin.key")
+    return proc, url, state, key
 
 
 @pytest.fixture(scope="session")
 def berth_url() -> Iterator[str]:
-    proc, url, state = start_daemon()
+    proc, url, state, key = start_daemon()
     saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")}
     os.environ["E2B_API_URL"] = url
     os.environ["E2B_SANDBOX_URL"] = url
-    os.environ["E2B_API_KEY"] = "e2b_berth_ignores_this_key"
+    os.environ["E2B_API_KEY"] = key
     try:
         yield url
     finally:
@@ -80,3 +87,9 @@ def berth_url() -> Iterator[str]:
             proc.kill()
             proc.wait()
         shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def admin_key(berth_url: str) -> str:
+    """The daemon's admin key (the session's E2B_API_KEY)."""
+    return os.environ["E2B_API_KEY"]
