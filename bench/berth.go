@@ -261,6 +261,9 @@ func apiSubject(name string, d *daemon, full bool) subject {
 	}
 }
 
+// keyEnv is the environment that gives the CLI the daemon's key.
+func (d *daemon) keyEnv() []string { return []string{"BERTH_API_KEY=" + d.key} }
+
 // cliSubject measures berth the way a shell user meets it: `berth run`
 // (create, exec, remove) and `berth exec`, each a new process, like the
 // peers' command lines.
@@ -269,7 +272,7 @@ func cliSubject(d *daemon) subject {
 		name:     "berth run (CLI)",
 		execName: "berth exec (CLI)",
 		once: func(ctx context.Context) (func(), error) {
-			return nil, wantHi(command(ctx, d.bin, "--url", d.url, "run", "--", "/usr/bin/echo", "hi"))
+			return nil, wantHi(commandEnv(ctx, d.keyEnv(), d.bin, "--url", d.url, "run", "--", "/usr/bin/echo", "hi"))
 		},
 		boot: func(ctx context.Context) (*running, error) {
 			sb, err := d.create(ctx)
@@ -278,7 +281,7 @@ func cliSubject(d *daemon) subject {
 			}
 			return &running{
 				exec: func(ctx context.Context) error {
-					_, err := command(ctx, d.bin, "--url", d.url, "exec", sb.ID, "--", "/usr/bin/true")
+					_, err := commandEnv(ctx, d.keyEnv(), d.bin, "--url", d.url, "exec", sb.ID, "--", "/usr/bin/true")
 					return err
 				},
 				stop: func() { d.remove(sb.ID) },

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 )
@@ -41,7 +42,15 @@ type running struct {
 // the pipes it was given (a detached container must be started with its
 // output sent elsewhere).
 func command(ctx context.Context, name string, args ...string) (string, error) {
+	return commandEnv(ctx, nil, name, args...)
+}
+
+// commandEnv is command with env added to the process's environment.
+func commandEnv(ctx context.Context, env []string, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
