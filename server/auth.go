@@ -63,12 +63,15 @@ func (s *Server) principalOf(r *http.Request) auth.Principal {
 }
 
 // guard checks a route's access before h runs, and audits the call after.
-func (s *Server) guard(need access, route Route, h http.Handler) http.Handler {
+func (s *Server) guard(need access, route Route, errw func(http.ResponseWriter, *http.Request, error), h http.Handler) http.Handler {
+	if errw == nil {
+		errw = func(w http.ResponseWriter, _ *http.Request, err error) { writeError(w, err) }
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := info(r)
 		if err := s.authorize(need, r, req); err != nil {
 			req.err = err
-			writeError(w, err)
+			errw(w, r, err)
 			s.audit(need, route, r, req)
 			return
 		}

@@ -88,7 +88,7 @@ func New(cfg Config, groups ...Group) *Server {
 	for _, g := range groups {
 		g.Routes(&Router{s: s, group: g.Name()})
 	}
-	s.mux.Handle("/", s.guard(byMethod, Route{Pattern: "/"}, s.adapt(s.noRoute)))
+	s.mux.Handle("/", s.guard(byMethod, Route{Pattern: "/"}, nil, s.adapt(s.noRoute)))
 	s.handler = requestIDs(s.principalOf, accessLog(s.log, recoverPanics(s.log,
 		guardBrowsers(cfg.Hosts, s.claimedHost, s.forBrowsers, http.HandlerFunc(s.dispatch)))))
 	return s
@@ -173,6 +173,18 @@ type Router struct {
 	s      *Server
 	group  string
 	access access
+	// errw writes the edge's refusals of the routes (a missing key) in
+	// the group's own shape; nil: berth's.
+	errw func(http.ResponseWriter, *http.Request, error)
+}
+
+// Errors returns a router whose routes' refusals by the edge (a missing,
+// bad or short key) are written by fn, in the shape the group's clients
+// know (E2B's SDKs read E2B's error body).
+func (r *Router) Errors(fn func(http.ResponseWriter, *http.Request, error)) *Router {
+	c := *r
+	c.errw = fn
+	return &c
 }
 
 // Admin returns a router whose routes need an admin key (the operator's:
@@ -215,7 +227,7 @@ func (r *Router) HandleHTTP(pattern string, h http.Handler) {
 	}
 	route := Route{Group: r.group, Method: method, Pattern: path, Access: accessNames[r.access]}
 	r.s.routes = append(r.s.routes, route)
-	r.s.mux.Handle(pattern, r.s.guard(r.access, route, h))
+	r.s.mux.Handle(pattern, r.s.guard(r.access, route, r.errw, h))
 }
 
 // Browsers declares requests that match serves to web pages of any
@@ -233,5 +245,5 @@ func (r *Router) Browsers(match func(*http.Request) bool) {
 // They check their own access (a sandbox's token), as OwnAccess routes do.
 func (r *Router) Host(match func(host string) bool, h Handler) {
 	route := Route{Group: r.group, Pattern: "{host}", Access: accessNames[ownAccess]}
-	r.s.hosts = append(r.s.hosts, hostRoute{match: match, h: r.s.guard(ownAccess, route, r.s.adapt(h))})
+	r.s.hosts = append(r.s.hosts, hostRoute{match: match, h: r.s.guard(ownAccess, route, r.errw, r.s.adapt(h))})
 }

@@ -180,6 +180,8 @@ func (g *Group) Name() string { return "e2b" }
 // when the request names its sandbox (E2b-Sandbox-Id or the host form),
 // so the control API and envd share the one base URL.
 func (g *Group) Routes(r *server.Router) {
+	// The edge's refusals (a missing or bad key) in E2B's error shape.
+	r = r.Errors(g.writeError)
 	r.Host(g.ownsHost, g.serveHost)
 	g.routeControl(r)
 	for _, p := range []string{

@@ -362,12 +362,6 @@ def _berth_key(berth_url: str, admin_key: str, tenant: str) -> str:
         return json.loads(r.read())["key"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason="berth's edge answers a refused key on E2B's routes in berth's error shape ({error: {class, message}}); "
-    "E2B's SDK parses a 401 as {code, message} and fails with KeyError 'code' instead of AuthenticationException",
-)
 def test_a_wrong_key_is_e2bs_authentication_exception(berth_url: str) -> None:
     with pytest.raises(AuthenticationException):
         Sandbox.create(timeout=60, api_key="e2b_0123456789abcdef0123456789abcdef01234567")
