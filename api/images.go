@@ -8,9 +8,15 @@ type Image struct {
 	// ID is the digest of the image's manifest (of its config, for a
 	// template), "sha256:…": a reference that always means these files.
 	ID string `json:"id"`
-	// Names are the references that resolve to it
-	// ("docker.io/library/python:3.12-slim").
+	// Names are the references that resolve to it for the caller
+	// ("docker.io/library/python:3.12-slim"): a tenant's own names and the
+	// operator's (the catalog every tenant uses); for the operator, the
+	// operator's.
 	Names []string `json:"names,omitempty"`
+	// TenantNames are the names that belong to a tenant, by tenant: a
+	// tenant's own (the rest of Names are the operator's); for the
+	// operator, every tenant's.
+	TenantNames map[string][]string `json:"tenant_names,omitempty"`
 	// Size is the bytes of its unpacked layers.
 	Size int64 `json:"size"`
 	// Layers are its layers' digests (of their uncompressed tars), bottom first.

@@ -3,18 +3,22 @@ package e2e
 import (
 	"archive/tar"
 	"archive/zip"
+	"bytes"
 	"compress/gzip"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/berthsh/berth/api"
@@ -407,5 +411,194 @@ func writeWheel(t *testing.T, path string) {
 	w.Write([]byte(record.String()))
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// tinyImageSaying is tinyImage with GREETING=greeting: another image of
+// the same layer.
+func tinyImageSaying(t *testing.T, greeting string) v1.Image {
+	t.Helper()
+	img := tinyImage(t)
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cf.Config
+	c.Env = []string{"PATH=/bin", "GREETING=" + greeting}
+	out, err := mutate.Config(img, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestTenantImages: a tenant's images are its own. Tenant A pulls an
+// image from a registry on loopback and tenant B imports another under the
+// same name: each name points at its tenant's image, and neither tenant
+// can inspect, use (create from) or remove the other's, by name or by id,
+// exactly as for an image that does not exist. The operator's image is
+// the catalog both use and neither removes; the operator sees every
+// tenant's names and removes one tenant's by naming the tenant.
+func TestTenantImages(t *testing.T) {
+	reg := testregistry.Start(t)
+	catalogID := reg.Push(t, "catalog:1", tinyImageSaying(t, "from-the-operator"))
+	aID := reg.Push(t, "app:1", tinyImageSaying(t, "from-a"))
+	d := startDaemon(t, "", "--insecure-registry", reg.Host)
+	ctx := t.Context()
+	keyA, keyB, readA := tenantsOf(t, d)
+	a, b := d.clientWith(t, keyA.Key), d.clientWith(t, keyB.Key)
+	catalog, app := reg.Ref("catalog:1"), reg.Ref("app:1")
+
+	if _, err := d.client.PullImage(ctx, catalog, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.clientWith(t, readA.Key).PullImage(ctx, app, nil); errdefs.ClassOf(err) != errdefs.PermissionDenied {
+		t.Fatalf("a read key pulls: %v", err)
+	}
+	img, err := a.PullImage(ctx, app, nil)
+	if err != nil || img.ID != aID {
+		t.Fatalf("A pulls: %+v %v", img, err)
+	}
+	if img.TenantNames["tenant-a"] == nil {
+		t.Errorf("A's pull is not named as A's: %+v", img.TenantNames)
+	}
+	var buf bytes.Buffer
+	tag, err := name.NewTag(app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tarball.Write(tag, tinyImageSaying(t, "from-b"), &buf); err != nil {
+		t.Fatal(err)
+	}
+	imported, err := b.ImportImages(ctx, &buf, "", nil)
+	if err != nil || len(imported) != 1 {
+		t.Fatalf("B imports: %+v %v", imported, err)
+	}
+	bID := imported[0].ID
+	if bID == aID {
+		t.Fatal("B's image is A's")
+	}
+
+	// One name, two tenants, two images; the catalog is both's.
+	for _, c := range []struct {
+		who      string
+		cl       *client.Client
+		ref, id  string
+		greeting string
+	}{
+		{"A", a, app, aID, "from-a"},
+		{"B", b, app, bID, "from-b"},
+		{"A", a, catalog, catalogID, "from-the-operator"},
+		{"B", b, catalog, catalogID, "from-the-operator"},
+		{"B", b, catalogID, catalogID, "from-the-operator"},
+	} {
+		sb, err := c.cl.CreateSandbox(ctx, api.CreateSandboxRequest{Image: c.ref})
+		if err != nil {
+			t.Fatalf("%s creates from %s: %v", c.who, c.ref, err)
+		}
+		if sb.ImageID != c.id || sb.Env["GREETING"] != c.greeting {
+			t.Errorf("%s's sandbox of %s: image %s, GREETING %q; want %s, %q", c.who, c.ref, sb.ImageID, sb.Env["GREETING"], c.id, c.greeting)
+		}
+		if r, err := c.cl.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"testtool", "env", "GREETING"}}); err != nil || string(r.Stdout) != c.greeting+"\n" {
+			t.Errorf("%s's sandbox of %s says %q, %v", c.who, c.ref, r.Stdout, err)
+		}
+		if err := c.cl.DeleteSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The other tenant's image is exactly a missing one, by name and by id.
+	missing := "sha256:" + strings.Repeat("0", 64)
+	for _, c := range []struct {
+		who        string
+		cl         *client.Client
+		other, bad string
+	}{
+		{"A", a, bID, missing},
+		{"B", b, aID, missing},
+	} {
+		for _, ref := range []string{c.other, c.bad} {
+			if _, err := c.cl.InspectImage(ctx, ref); !errdefs.IsNotFound(err) {
+				t.Errorf("%s inspects %s: %v, want not_found", c.who, ref, err)
+			}
+			if _, err := c.cl.CreateSandbox(ctx, api.CreateSandboxRequest{Image: ref}); !errdefs.IsNotFound(err) {
+				t.Errorf("%s creates from %s: %v, want not_found", c.who, ref, err)
+			}
+			if _, err := c.cl.RemoveImage(ctx, ref); !errdefs.IsNotFound(err) {
+				t.Errorf("%s removes %s: %v, want not_found", c.who, ref, err)
+			}
+		}
+	}
+	c := d.clientWith(t, (func() string {
+		k, err := d.client.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Tenant: "tenant-c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k.Key
+	})())
+	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: aID}); !errdefs.IsNotFound(err) {
+		t.Errorf("C creates from A's image by id: %v", err)
+	}
+	if _, err := c.InspectImage(ctx, app); !errdefs.IsNotFound(err) {
+		t.Errorf("C inspects A's and B's name: %v", err)
+	}
+	// A tenant's key cannot reach another tenant's names through ?tenant=.
+	if status, class, raw := d.call(t, keyA.Key, http.MethodGet, "/v1/images/"+app+"?tenant=tenant-b", nil, nil); class != string(errdefs.InvalidArgument) {
+		t.Errorf("A inspects with ?tenant=tenant-b: %d %s", status, raw)
+	}
+
+	// Lists: each tenant its own and the catalog.
+	ids := func(cl *client.Client) []string {
+		imgs, err := cl.ListImages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, img := range imgs {
+			out = append(out, img.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	sorted := func(s ...string) []string { slices.Sort(s); return s }
+	if got := ids(a); !slices.Equal(got, sorted(aID, catalogID)) {
+		t.Errorf("A lists %v", got)
+	}
+	if got := ids(b); !slices.Equal(got, sorted(bID, catalogID)) {
+		t.Errorf("B lists %v", got)
+	}
+	if got := ids(d.client); !slices.Equal(got, sorted(aID, bID, catalogID)) {
+		t.Errorf("the operator lists %v", got)
+	}
+	op, err := d.client.InspectImage(ctx, bID)
+	if err != nil || len(op.Names) != 0 || !slices.Contains(op.TenantNames["tenant-b"], app) {
+		t.Errorf("the operator's view of B's image: %+v %v", op, err)
+	}
+
+	// The catalog is the operator's: a tenant cannot remove it.
+	for _, ref := range []string{catalog, catalogID} {
+		if _, err := a.RemoveImage(ctx, ref); errdefs.ClassOf(err) != errdefs.PermissionDenied {
+			t.Errorf("A removes the catalog's %s: %v", ref, err)
+		}
+	}
+	// A removes its own; B's image of the same name is untouched.
+	if res, err := a.RemoveImage(ctx, app); err != nil || !slices.Equal(res.Images, []string{aID}) {
+		t.Fatalf("A removes its image: %+v %v", res, err)
+	}
+	if _, err := a.InspectImage(ctx, app); !errdefs.IsNotFound(err) {
+		t.Errorf("A's removed name: %v", err)
+	}
+	if img, err := b.InspectImage(ctx, app); err != nil || img.ID != bID {
+		t.Errorf("B's image after A's removal: %+v %v", img, err)
+	}
+	// The operator removes B's name by naming the tenant.
+	if status, _, raw := d.call(t, d.key, http.MethodGet, "/v1/images/"+app+"?tenant=tenant-b", nil, nil); status != http.StatusOK || !strings.Contains(raw, bID) {
+		t.Errorf("the operator inspects B's name: %d %s", status, raw)
+	}
+	if status, _, raw := d.call(t, d.key, http.MethodDelete, "/v1/images/"+app+"?tenant=tenant-b", nil, nil); status != http.StatusOK {
+		t.Errorf("the operator removes B's name: %d %s", status, raw)
+	}
+	if _, err := b.InspectImage(ctx, app); !errdefs.IsNotFound(err) {
+		t.Errorf("B's name after the operator removed it: %v", err)
 	}
 }

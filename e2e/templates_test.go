@@ -259,3 +259,103 @@ func TestTemplateBuildSurvivesKill(t *testing.T) {
 		t.Fatalf("a build after the restart: %+v %v", res, err)
 	}
 }
+
+// TestTenantTemplates: a template is its builder's tenant's. Two tenants
+// build a template of one name, each its own image; another tenant cannot
+// see or use either; a tenant's build never takes a step from another
+// tenant's cache (which would tell it what the other built), while its own
+// rebuild does; no step image is left.
+func TestTenantTemplates(t *testing.T) {
+	reg := testregistry.Start(t)
+	reg.Push(t, "tiny:1", tinyImage(t))
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	keyA, keyB, _ := tenantsOf(t, d)
+	a, b := d.clientWith(t, keyA.Key), d.clientWith(t, keyB.Key)
+	keyC, err := d.client.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Tenant: "tenant-c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.clientWith(t, keyC.Key)
+	dockerfile := func(who string) string {
+		return "FROM " + reg.Ref("tiny:1") + "\nCOPY data.txt /srv/data.txt\nENV WHO=" + who + "\n"
+	}
+	build := func(cl *client.Client, who string) api.BuildResult {
+		t.Helper()
+		res, err := cl.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "agent"}, contextTar(t, writeContext(t, dockerfile(who))), nil)
+		if err != nil {
+			t.Fatalf("%s builds: %v", who, err)
+		}
+		return res
+	}
+	resA := build(a, "a")
+	if resA.CachedSteps != 0 || !slices.Contains(resA.Image.TenantNames["tenant-a"], "index.docker.io/library/agent:latest") {
+		t.Fatalf("A's build: %d cached, names %v %v", resA.CachedSteps, resA.Image.Names, resA.Image.TenantNames)
+	}
+	if again := build(a, "a"); again.CachedSteps == 0 || again.Image.ID != resA.Image.ID {
+		t.Fatalf("A's rebuild: %d cached, image %s (was %s)", again.CachedSteps, again.Image.ID, resA.Image.ID)
+	}
+	// B's COPY has A's inputs: without the tenant in the cache key it
+	// would be A's cached step.
+	resB := build(b, "b")
+	if resB.CachedSteps != 0 || resB.Executed == 0 {
+		t.Fatalf("B's build took %d steps from the cache (%d ran): another tenant's cache", resB.CachedSteps, resB.Executed)
+	}
+	if resB.Image.ID == resA.Image.ID {
+		t.Fatal("B's template is A's image")
+	}
+
+	for _, x := range []struct {
+		who string
+		cl  *client.Client
+		id  string
+	}{{"a", a, resA.Image.ID}, {"b", b, resB.Image.ID}} {
+		sb, err := x.cl.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "agent"})
+		if err != nil {
+			t.Fatalf("%s creates from its template: %v", x.who, err)
+		}
+		if sb.ImageID != x.id || sb.Env["WHO"] != x.who {
+			t.Errorf("%s's sandbox of agent: image %s, WHO=%q", x.who, sb.ImageID, sb.Env["WHO"])
+		}
+		x.cl.DeleteSandbox(ctx, sb.ID)
+		tmpls, err := x.cl.ListTemplates(ctx)
+		if err != nil || len(tmpls) != 1 || tmpls[0].ID != x.id {
+			t.Errorf("%s's templates: %+v %v", x.who, tmpls, err)
+		}
+	}
+	for _, ref := range []string{resA.Image.ID, resB.Image.ID} {
+		if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: ref}); !errdefs.IsNotFound(err) {
+			t.Errorf("C creates from %s: %v, want not_found", ref, err)
+		}
+	}
+	// By name, C's create is one of a name C has never pulled: it is
+	// pulled (from Docker Hub, which this host does not reach), exactly as
+	// for a name no one has.
+	_, errAgent := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "agent"})
+	_, errNone := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "never-built-here"})
+	if errAgent == nil || errdefs.ClassOf(errAgent) != errdefs.ClassOf(errNone) {
+		t.Errorf("C creates from agent: %v; from a name no one has: %v", errAgent, errNone)
+	}
+	if _, err := c.InspectImage(ctx, "agent"); !errdefs.IsNotFound(err) {
+		t.Errorf("C inspects agent: %v, want not_found", err)
+	}
+	if _, err := b.CreateSandbox(ctx, api.CreateSandboxRequest{Image: resA.Image.ID}); !errdefs.IsNotFound(err) {
+		t.Errorf("B creates from A's template by id: %v", err)
+	}
+	if tmpls, err := c.ListTemplates(ctx); err != nil || len(tmpls) != 0 {
+		t.Errorf("C's templates: %+v %v", tmpls, err)
+	}
+	if tmpls, err := d.client.ListTemplates(ctx); err != nil || len(tmpls) != 2 {
+		t.Errorf("the operator's templates: %+v %v", tmpls, err)
+	}
+	// No step image is left: every image has a name of someone's.
+	imgs, err := d.client.ListImages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range imgs {
+		if len(img.Names) == 0 && len(img.TenantNames) == 0 {
+			t.Errorf("a step's image was left: %+v", img)
+		}
+	}
+}

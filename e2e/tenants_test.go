@@ -2,13 +2,18 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/client"
@@ -100,6 +105,20 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 	if _, err := b.CreateSecret(ctx, "sec-b", "b's value"); err != nil {
 		t.Fatal(err)
 	}
+	// B's image, imported (tenant-b/image, and b-image for E2B's routes,
+	// whose template ids have no slash).
+	var imageTar bytes.Buffer
+	tag, err := name.NewTag("tenant-b/image:latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tarball.Write(tag, tinyImageSaying(t, "from-b"), &imageTar); err != nil {
+		t.Fatal(err)
+	}
+	imgsB, err := b.ImportImages(ctx, &imageTar, "b-image", nil)
+	if err != nil || len(imgsB) != 1 {
+		t.Fatalf("B imports an image: %+v %v", imgsB, err)
+	}
 	sbA, err := a.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +130,7 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 		"{pid}":  {strconv.Itoa(procB.Pid), "99999"},
 		"{port}": {"8000", "8000"},
 		"{path}": {"x", "x"},
+		"{ref}":  {"tenant-b/image", "tenant-b/none"},
 	}
 	named := map[string][2]string{ // {name} by the route's collection
 		"/v1/secrets/":   {"sec-b", "sec-none"},
@@ -155,11 +175,10 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 		"GET /v1/sandboxes/{id}/processes/{pid}/attach": wsHandshake(),
 		"GET /v1/sandboxes/{id}/tunnel/{port}":          {"Connection": {"Upgrade"}, "Upgrade": {api.TunnelProtocol}},
 	}
-	// The operator's routes: images and keys refuse a tenant's key whatever
-	// the object; images are a catalog every tenant reads.
-	operator := map[string]bool{"DELETE /v1/images/{ref}": true, "GET /v1/keys/{key}": true, "DELETE /v1/keys/{key}": true,
+	// The operator's routes: keys and quotas refuse a tenant's key whatever
+	// the object.
+	operator := map[string]bool{"GET /v1/keys/{key}": true, "DELETE /v1/keys/{key}": true,
 		"PUT /v1/tenants/{tenant}/quota": true}
-	shared := map[string]bool{"GET /v1/images/{ref}": true}
 
 	routes, err := api.Routes()
 	if err != nil {
@@ -170,9 +189,6 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 		op := r.Method + " " + r.Path
 		if !strings.Contains(r.Path, "{") {
 			continue // collections: the lists below
-		}
-		if shared[op] {
-			continue
 		}
 		fill := func(which int) string {
 			p := r.Path
@@ -186,7 +202,6 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 					}
 				}
 			}
-			p = strings.ReplaceAll(p, "{ref}", "tenant-b/image")
 			p = strings.ReplaceAll(p, "{key}", keyB.ID)
 			p = strings.ReplaceAll(p, "{tenant}", "tenant-b")
 			if strings.Contains(p, "{") {
@@ -238,6 +253,9 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 	if _, err := b.GetSnapshot(ctx, "stolen"); !errdefs.IsNotFound(err) {
 		t.Fatalf("A snapshotted B's sandbox: %v", err)
 	}
+	if img, err := b.InspectImage(ctx, "tenant-b/image"); err != nil || img.ID != imgsB[0].ID {
+		t.Fatalf("B's image after A's attempts: %+v %v", img, err)
+	}
 
 	// Lists: A sees its own only; the operator sees both.
 	if list, err := a.ListSandboxes(ctx, nil); err != nil || len(list) != 1 || list[0].ID != sbA.ID {
@@ -248,6 +266,14 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 	}
 	if list, err := a.ListSecrets(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("A's secrets: %+v %v", list, err)
+	}
+	for _, list := range []func(context.Context) ([]api.Image, error){a.ListImages, a.ListTemplates} {
+		if imgs, err := list(ctx); err != nil || slices.ContainsFunc(imgs, func(img api.Image) bool { return img.ID == imgsB[0].ID }) {
+			t.Fatalf("A's images or templates: %+v %v", imgs, err)
+		}
+	}
+	if imgs, err := d.client.ListImages(ctx); err != nil || !slices.ContainsFunc(imgs, func(img api.Image) bool { return img.ID == imgsB[0].ID }) {
+		t.Fatalf("the operator's images: %+v %v", imgs, err)
 	}
 	if list, err := d.client.ListSandboxes(ctx, nil); err != nil || len(list) != 2 {
 		t.Fatalf("the operator's sandboxes: %+v %v", list, err)
@@ -274,13 +300,14 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 	if list, err := a.Usage(ctx, "tenant-b"); err != nil || len(list) != 1 || list[0].Tenant != "tenant-a" {
 		t.Fatalf("A asked for B's usage: %+v %v", list, err)
 	}
-	for _, op := range [][2]string{{"GET", "/metrics"}, {"GET", "/v1/keys"}, {"POST", "/v1/keys"}, {"PUT", "/v1/pools"}, {"POST", "/v1/images/prune"}, {"POST", "/v1/templates/build"}} {
+	for _, op := range [][2]string{{"GET", "/metrics"}, {"GET", "/v1/keys"}, {"POST", "/v1/keys"}, {"PUT", "/v1/pools"}, {"POST", "/v1/images/prune"}} {
 		if _, class, raw := d.call(t, keyA.Key, op[0], op[1], []byte("{}"), nil); class != string(errdefs.PermissionDenied) {
 			t.Errorf("%s %s with a tenant's key: %s", op[0], op[1], raw)
 		}
 	}
 	// E2B's control API is tenant-scoped the same way.
-	for _, op := range [][2]string{{"GET", "/sandboxes/" + sbB.ID}, {"DELETE", "/sandboxes/" + sbB.ID}, {"POST", "/sandboxes/" + sbB.ID + "/pause"}} {
+	for _, op := range [][2]string{{"GET", "/sandboxes/" + sbB.ID}, {"DELETE", "/sandboxes/" + sbB.ID}, {"POST", "/sandboxes/" + sbB.ID + "/pause"},
+		{"GET", "/templates/b-image"}, {"DELETE", "/templates/b-image"}, {"GET", "/templates/aliases/b-image"}} {
 		status, _, raw := d.call(t, "", op[0], op[1], nil, http.Header{api.HeaderAPIKey: {keyA.Key}})
 		if status != http.StatusNotFound {
 			t.Errorf("E2B %s %s with A's key: %d %s", op[0], op[1], status, raw)

@@ -64,10 +64,12 @@ func (s *Store) StoreLayer(ctx context.Context, r io.Reader) (diff string, size 
 const BuiltPrefix = "build:"
 
 // StoreBuilt stores an image made here (a template) from its config,
-// whose rootfs lists stored layers, named names. Its id is the digest of
-// the config, which names every layer: the same files and settings are
-// the same image.
-func (s *Store) StoreBuilt(ctx context.Context, cf v1.ConfigFile, names []string, source string) (api.Image, error) {
+// whose rootfs lists stored layers, named names of tenant's. Its id is the
+// digest of the config, which names every layer: the same files and
+// settings are the same image. An image stored without names (a build
+// step's) is granted to tenant, so that tenant may make a sandbox of it by
+// its id, until Forget.
+func (s *Store) StoreBuilt(ctx context.Context, tenant string, cf v1.ConfigFile, names []string, source string) (api.Image, error) {
 	if s.db == nil {
 		return api.Image{}, errdefs.New(errdefs.NotImplemented, "image store: this store has only the host image")
 	}
@@ -99,14 +101,17 @@ func (s *Store) StoreBuilt(ctx context.Context, cf v1.ConfigFile, names []string
 		}
 		named = append(named, r.Name())
 	}
-	if err := s.db.PutImage(ctx, rec, named); err != nil {
+	if len(named) == 0 && tenant != "" {
+		named = []string{rec.ID} // a grant: see store.ImageName
+	}
+	if err := s.db.PutImage(ctx, tenant, rec, named); err != nil {
 		return api.Image{}, err
 	}
 	out, err := s.db.GetImage(ctx, rec.ID)
 	if err != nil {
 		return api.Image{}, err
 	}
-	return toAPI(out)
+	return toAPI(out, tenant)
 }
 
 // ConfigOf returns a stored image's OCI configuration.
@@ -121,11 +126,17 @@ func (s *Store) ConfigOf(ctx context.Context, id string) (*v1.ConfigFile, error)
 	return v1.ParseConfigFile(bytes.NewReader(rec.Config))
 }
 
-// Forget removes the row of build step image id, if it is still unnamed
-// and unused, keeping its layers (the build cache has them).
-func (s *Store) Forget(ctx context.Context, id string) error {
+// Forget removes the row of build step image id, which StoreBuilt granted
+// tenant, if it is then unnamed and unused, keeping its layers (the build
+// cache has them).
+func (s *Store) Forget(ctx context.Context, tenant, id string) error {
 	if s.db == nil {
 		return nil
+	}
+	if tenant != "" {
+		if err := s.db.Untag(ctx, tenant, id); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
 	}
 	_, err := s.db.DeleteIntermediate(ctx, id)
 	return err

@@ -26,8 +26,8 @@ const maxImport = 64 << 30
 // layout in a tar, for hosts that reach no registry. Images are named by
 // the tags the file carries (RepoTags, or the OCI layout's
 // "io.containerd.image.name" annotation) and by as, when given (only for a
-// file of one image).
-func (s *Store) Import(ctx context.Context, r io.Reader, as string, progress Progress) ([]api.Image, error) {
+// file of one image): tenant's names.
+func (s *Store) Import(ctx context.Context, tenant string, r io.Reader, as string, progress Progress) ([]api.Image, error) {
 	if s.db == nil {
 		return nil, errdefs.New(errdefs.NotImplemented, "image import: this store has only the host image")
 	}
@@ -141,7 +141,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader, as string, progress Pro
 	}
 	out := make([]api.Image, 0, len(imgs))
 	for _, im := range imgs {
-		stored, err := s.storeImage(ctx, im.img, im.names, "import", progress)
+		stored, err := s.storeImage(ctx, tenant, im.img, im.names, "import", progress)
 		if err != nil {
 			return nil, err
 		}

@@ -17,13 +17,16 @@ import (
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/store"
 )
 
-// resolveOCI prepares stored image ref (an id or a name) for a sandbox:
-// its layers, topmost first, as stored (for a runtime that idmaps them) or
-// as copies owned by the sandbox's range, made once per range and layer.
+// resolveOCI prepares stored image ref for a sandbox: its layers, topmost
+// first, as stored (for a runtime that idmaps them) or as copies owned by
+// the sandbox's range, made once per range and layer. ref is what a
+// sandbox's record pins (an id, which its create resolved for its
+// tenant), so it is looked up as the operator's.
 func (s *Store) resolveOCI(ctx context.Context, ref string, ids runtime.IDMap) (Resolved, error) {
-	img, err := s.Lookup(ctx, ref)
+	img, err := s.Lookup(ctx, "", ref)
 	if err != nil {
 		return Resolved{}, err
 	}
@@ -254,18 +257,19 @@ func splitNul(b []byte) []string {
 	return out
 }
 
-// List returns every stored image, newest first.
-func (s *Store) List(ctx context.Context) ([]api.Image, error) {
+// List returns the stored images tenant sees, newest first: the
+// operator ("") every one; a tenant those that it or the operator names.
+func (s *Store) List(ctx context.Context, tenant string) ([]api.Image, error) {
 	if s.db == nil {
 		return []api.Image{}, nil
 	}
-	recs, err := s.db.ListImages(ctx)
+	recs, err := s.db.ListImages(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]api.Image, 0, len(recs))
 	for _, r := range recs {
-		img, err := toAPI(r)
+		img, err := toAPI(r, tenant)
 		if err != nil {
 			return nil, err
 		}
@@ -274,48 +278,115 @@ func (s *Store) List(ctx context.Context) ([]api.Image, error) {
 	return out, nil
 }
 
-// Inspect returns a stored image with the sandboxes made of it.
-func (s *Store) Inspect(ctx context.Context, ref string) (api.Image, error) {
-	img, err := s.Lookup(ctx, ref)
+// Inspect returns a stored image that tenant may use (see Lookup), with
+// tenant's sandboxes made of it (every tenant's for the operator).
+func (s *Store) Inspect(ctx context.Context, tenant, ref string) (api.Image, error) {
+	img, err := s.Lookup(ctx, tenant, ref)
 	if err != nil {
 		return api.Image{}, err
 	}
-	img.InUse, err = s.db.ImageUsers(ctx, img.ID)
+	img.InUse, err = s.db.TenantImageUsers(ctx, tenant, img.ID)
 	return img, err
 }
 
-// Remove removes a name, or an image with its layers that no other image
-// has. A name that is one of several an image has is only untagged; an
-// image (by id, or by its last name) that a sandbox is made of is refused
-// with conflict naming the sandboxes.
-func (s *Store) Remove(ctx context.Context, ref string) (api.PruneResult, error) {
-	img, err := s.Lookup(ctx, ref)
+// Remove removes tenant's name ref, or the image ref with its layers that
+// no other image has, as tenant may:
+//   - a name that is one of several tags of its tenant's on the image is
+//     only untagged;
+//   - a tenant's last name of an image (its names by digest go with it),
+//     or a tenant's image by id (every name of its own), goes, and the
+//     image with it unless other names remain (another tenant's, the
+//     operator's) or another tenant's sandboxes are made of it (the image
+//     then stays, unnamed, for them: image prune removes it when they are
+//     gone); an image the tenant's own sandboxes or snapshots are made of
+//     is refused with conflict naming them;
+//   - the operator's image by id goes whole, every tenant's names with it,
+//     unless a sandbox or snapshot is made of it: conflict naming them.
+//
+// The operator's names are the catalog: a tenant removing one is
+// permission_denied. Another tenant's name or image is not_found.
+func (s *Store) Remove(ctx context.Context, tenant, ref string) (api.PruneResult, error) {
+	rec, owner, err := s.lookup(ctx, tenant, ref)
 	if err != nil {
 		return api.PruneResult{}, err
 	}
+	if tenant == "" && isID(ref) {
+		s.gc.Lock()
+		defer s.gc.Unlock()
+		if err := s.db.DeleteImage(ctx, rec.ID); err != nil {
+			return api.PruneResult{}, err
+		}
+		res := api.PruneResult{Images: []string{rec.ID}}
+		err = s.removeUnreferenced(ctx, &res)
+		return res, err
+	}
+	var own, others []store.ImageName // owner's names of the image, and the rest
+	if isID(ref) {
+		owner = tenant
+	}
+	for _, n := range rec.Names {
+		if n.Tenant == owner {
+			own = append(own, n)
+		} else if !n.Grant(rec.ID) {
+			others = append(others, n)
+		}
+	}
+	if owner != tenant || len(own) == 0 {
+		if isID(ref) && tenant != "" && len(others) > 0 && others[0].Tenant == "" {
+			return api.PruneResult{}, errdefs.New(errdefs.PermissionDenied, "image %s is in the operator's catalog: only an admin key removes it", ref)
+		}
+		if !isID(ref) {
+			return api.PruneResult{}, errdefs.New(errdefs.PermissionDenied, "image %q is in the operator's catalog: only an admin key removes it", ref)
+		}
+		return api.PruneResult{}, errdefs.New(errdefs.NotFound, "image %q has no name of yours to remove", ref)
+	}
+	var target []string
 	if !isID(ref) {
-		// A name goes alone while other tags remain (names by digest are
-		// not tags: they go with the image).
+		// A tag goes alone while the owner has other tags on the image
+		// (names by digest are not tags: they go with the last tag).
 		r, _ := s.parseRef(ref)
-		others := 0
-		for _, n := range img.Names {
-			if n != r.Name() && !strings.Contains(n, "@") {
-				others++
+		tags := 0
+		for _, n := range own {
+			if n.Name != r.Name() && !strings.Contains(n.Name, "@") && !n.Grant(rec.ID) {
+				tags++
 			}
 		}
-		if others > 0 {
-			if err := s.db.Untag(ctx, r.Name()); err != nil {
+		if tags > 0 {
+			if err := s.db.Untag(ctx, owner, r.Name()); err != nil {
 				return api.PruneResult{}, err
 			}
 			return api.PruneResult{Images: []string{}}, nil
 		}
 	}
+	for _, n := range own {
+		target = append(target, n.Name)
+	}
+	if len(others) == 0 {
+		users, err := s.db.ImageUsedBy(ctx, tenant, rec.ID)
+		if err != nil {
+			return api.PruneResult{}, err
+		}
+		if len(users) > 0 {
+			if len(users) > 10 {
+				users = append(users[:10], "…")
+			}
+			return api.PruneResult{}, errdefs.New(errdefs.Conflict, "image %s is in use by %s: delete them first", rec.ID, strings.Join(users, ", "))
+		}
+	}
 	s.gc.Lock()
 	defer s.gc.Unlock()
-	if err := s.db.DeleteImage(ctx, img.ID); err != nil {
+	if err := s.db.Untag(ctx, owner, target...); err != nil {
 		return api.PruneResult{}, err
 	}
-	res := api.PruneResult{Images: []string{img.ID}}
+	res := api.PruneResult{Images: []string{}}
+	if len(others) > 0 {
+		return res, nil
+	}
+	gone, err := s.db.DeleteIntermediate(ctx, rec.ID) // unless another tenant's sandbox is made of it
+	if err != nil || !gone {
+		return res, err
+	}
+	res.Images = append(res.Images, rec.ID)
 	err = s.removeUnreferenced(ctx, &res)
 	return res, err
 }
@@ -330,7 +401,7 @@ func (s *Store) Prune(ctx context.Context, all bool) (api.PruneResult, error) {
 	}
 	s.gc.Lock()
 	defer s.gc.Unlock()
-	recs, err := s.db.ListImages(ctx)
+	recs, err := s.db.ListImages(ctx, "")
 	if err != nil {
 		return res, err
 	}
@@ -340,7 +411,7 @@ func (s *Store) Prune(ctx context.Context, all bool) (api.PruneResult, error) {
 		}
 	}
 	for _, r := range recs {
-		if len(r.Names) > 0 && !all {
+		if named(r) && !all {
 			continue
 		}
 		if err := s.db.DeleteImage(ctx, r.ID); err != nil {
@@ -355,11 +426,22 @@ func (s *Store) Prune(ctx context.Context, all bool) (api.PruneResult, error) {
 	return res, err
 }
 
+// named says whether an image has a name (a grant is none: a build's step
+// image that a killed daemon left is dangling).
+func named(rec store.Image) bool {
+	for _, n := range rec.Names {
+		if !n.Grant(rec.ID) {
+			return true
+		}
+	}
+	return false
+}
+
 // removeUnreferenced removes the layers (and their range copies) that no
 // stored image has: the row first, so that a crash in between leaves a
 // directory without a row, which the next start removes.
 func (s *Store) removeUnreferenced(ctx context.Context, res *api.PruneResult) error {
-	recs, err := s.db.ListImages(ctx)
+	recs, err := s.db.ListImages(ctx, "")
 	if err != nil {
 		return err
 	}

@@ -162,37 +162,74 @@ func isID(ref string) bool {
 	return err == nil
 }
 
-// Lookup finds a stored image by id or by a name that was pulled or
-// imported: not_found if there is none (it never pulls).
-func (s *Store) Lookup(ctx context.Context, ref string) (api.Image, error) {
-	if s.db == nil {
-		return api.Image{}, errdefs.New(errdefs.NotFound, "image %q not found: this store has only the host image", ref)
-	}
-	var (
-		rec store.Image
-		err error
-	)
-	if isID(ref) {
-		rec, err = s.db.GetImage(ctx, ref)
-	} else {
-		r, perr := s.parseRef(ref)
-		if perr != nil {
-			return api.Image{}, perr
-		}
-		rec, err = s.db.ImageByName(ctx, r.Name())
-		if errdefs.IsNotFound(err) {
-			err = errdefs.New(errdefs.NotFound, "image %q not found (berth image pull %s)", ref, ref)
-		}
-	}
+// Lookup finds a stored image that tenant may use, by id or by a name
+// that was pulled, imported or built: not_found if there is none (it
+// never pulls). A name is tenant's own, else the operator's (tenant "");
+// an id is found for a tenant only if it or the operator names the image,
+// or its sandboxes are made of it: another tenant's image is not_found,
+// exactly like a missing one.
+func (s *Store) Lookup(ctx context.Context, tenant, ref string) (api.Image, error) {
+	rec, _, err := s.lookup(ctx, tenant, ref)
 	if err != nil {
 		return api.Image{}, err
 	}
-	return toAPI(rec)
+	return toAPI(rec, tenant)
 }
 
-func toAPI(rec store.Image) (api.Image, error) {
-	img := api.Image{ID: rec.ID, Names: rec.Names, Size: rec.Size, Layers: rec.Layers, Source: rec.Source, CreatedAt: rec.CreatedAt,
+// lookup is Lookup's record, with whose name ref is ("" for the operator's,
+// and for an id).
+func (s *Store) lookup(ctx context.Context, tenant, ref string) (store.Image, string, error) {
+	if s.db == nil {
+		return store.Image{}, "", errdefs.New(errdefs.NotFound, "image %q not found: this store has only the host image", ref)
+	}
+	if isID(ref) {
+		ok, err := s.db.ImageVisible(ctx, tenant, ref)
+		if err != nil {
+			return store.Image{}, "", err
+		}
+		if !ok {
+			return store.Image{}, "", errdefs.New(errdefs.NotFound, "image %q not found (berth image pull %s)", ref, ref)
+		}
+		rec, err := s.db.GetImage(ctx, ref)
+		return rec, "", err
+	}
+	r, err := s.parseRef(ref)
+	if err != nil {
+		return store.Image{}, "", err
+	}
+	rec, owner, err := s.db.ImageByName(ctx, tenant, r.Name())
+	if errdefs.IsNotFound(err) {
+		err = errdefs.New(errdefs.NotFound, "image %q not found (berth image pull %s)", ref, ref)
+	}
+	return rec, owner, err
+}
+
+// toAPI is rec as tenant sees it: Names are the names tenant resolves
+// (its own and the operator's; for the operator, the operator's), and
+// TenantNames are the names of tenants, by tenant (a tenant's own; for
+// the operator, every tenant's).
+func toAPI(rec store.Image, tenant string) (api.Image, error) {
+	img := api.Image{ID: rec.ID, Size: rec.Size, Layers: rec.Layers, Source: rec.Source, CreatedAt: rec.CreatedAt,
 		Template: strings.HasPrefix(rec.Source, BuiltPrefix)}
+	for _, n := range rec.Names {
+		switch {
+		case n.Grant(rec.ID):
+		case n.Tenant == "" || n.Tenant == tenant:
+			img.Names = append(img.Names, n.Name)
+			if n.Tenant != "" {
+				if img.TenantNames == nil {
+					img.TenantNames = map[string][]string{}
+				}
+				img.TenantNames[n.Tenant] = append(img.TenantNames[n.Tenant], n.Name)
+			}
+		case tenant == "":
+			if img.TenantNames == nil {
+				img.TenantNames = map[string][]string{}
+			}
+			img.TenantNames[n.Tenant] = append(img.TenantNames[n.Tenant], n.Name)
+		}
+	}
+	sort.Strings(img.Names)
 	var cf v1.ConfigFile
 	if err := json.Unmarshal(rec.Config, &cf); err != nil {
 		return api.Image{}, fmt.Errorf("image %s: config: %w", rec.ID, err)
@@ -207,20 +244,21 @@ func toAPI(rec store.Image) (api.Image, error) {
 	return img, nil
 }
 
-// Ensure returns the stored image ref names, pulling it if it is not
-// stored yet: what a create does.
-func (s *Store) Ensure(ctx context.Context, ref string) (api.Image, error) {
-	img, err := s.Lookup(ctx, ref)
+// Ensure returns the stored image ref names for tenant, pulling it (as
+// tenant's) if it is not stored yet: what a create does.
+func (s *Store) Ensure(ctx context.Context, tenant, ref string) (api.Image, error) {
+	img, err := s.Lookup(ctx, tenant, ref)
 	if err == nil || !errdefs.IsNotFound(err) || isID(ref) || s.db == nil {
 		return img, err
 	}
-	return s.Pull(ctx, ref, nil)
+	return s.Pull(ctx, tenant, ref, nil)
 }
 
-// Pull fetches ref from its registry and stores it. Concurrent pulls of
-// one reference share one download; the others wait for it (and get no
-// progress but the end).
-func (s *Store) Pull(ctx context.Context, ref string, progress Progress) (api.Image, error) {
+// Pull fetches ref from its registry and stores it, named as tenant's.
+// Concurrent pulls of one reference by one tenant share one download; the
+// others wait for it (and get no progress but the end). Two tenants'
+// pulls share the layers' downloads.
+func (s *Store) Pull(ctx context.Context, tenant, ref string, progress Progress) (api.Image, error) {
 	if s.db == nil {
 		return api.Image{}, errdefs.New(errdefs.NotImplemented, "image pull: this store has only the host image")
 	}
@@ -232,16 +270,16 @@ func (s *Store) Pull(ctx context.Context, ref string, progress Progress) (api.Im
 		return api.Image{}, err
 	}
 	var img api.Image
-	err = s.pulls.do(ctx, "pull "+r.Name(), func(ctx context.Context) error {
+	err = s.pulls.do(ctx, "pull "+tenant+"\x00"+r.Name(), func(ctx context.Context) error {
 		var err error
-		img, err = s.pull(ctx, ref, r, progress)
+		img, err = s.pull(ctx, tenant, ref, r, progress)
 		return err
 	})
 	if err != nil {
 		return api.Image{}, err
 	}
 	if img.ID == "" { // joined another caller's pull
-		return s.Lookup(ctx, ref)
+		return s.Lookup(ctx, tenant, ref)
 	}
 	return img, nil
 }
@@ -255,7 +293,7 @@ func (s *Store) remoteOptions(ctx context.Context) []remote.Option {
 	return opts
 }
 
-func (s *Store) pull(ctx context.Context, ref string, r name.Reference, progress Progress) (api.Image, error) {
+func (s *Store) pull(ctx context.Context, tenant, ref string, r name.Reference, progress Progress) (api.Image, error) {
 	desc, err := remote.Get(r, s.remoteOptions(ctx)...)
 	if err != nil {
 		return api.Image{}, registryError(ref, err)
@@ -268,7 +306,7 @@ func (s *Store) pull(ctx context.Context, ref string, r name.Reference, progress
 	if _, ok := r.(name.Digest); !ok {
 		names = append(names, r.Context().Digest(desc.Digest.String()).Name())
 	}
-	return s.storeImage(ctx, img, names, ref, progress)
+	return s.storeImage(ctx, tenant, img, names, ref, progress)
 }
 
 // registryError classifies what a registry (or the way to it) answered.
@@ -306,9 +344,9 @@ func registryError(ref string, err error) error {
 }
 
 // storeImage stores img's layers that are missing and then its row, named
-// names. The gc lock is held shared throughout, so a remove or prune
+// names of tenant's. The gc lock is held shared throughout, so a remove or prune
 // cannot take a layer this pull counts on.
-func (s *Store) storeImage(ctx context.Context, img v1.Image, names []string, source string, progress Progress) (api.Image, error) {
+func (s *Store) storeImage(ctx context.Context, tenant string, img v1.Image, names []string, source string, progress Progress) (api.Image, error) {
 	s.gc.RLock()
 	defer s.gc.RUnlock()
 	digest, err := img.Digest()
@@ -412,7 +450,7 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, names []string, so
 		rec.Size += sizes[i]
 		allNotes = append(allNotes, notes[i]...)
 	}
-	if err := s.db.PutImage(ctx, rec, names); err != nil {
+	if err := s.db.PutImage(ctx, tenant, rec, names); err != nil {
 		return api.Image{}, err
 	}
 	for _, n := range allNotes {
@@ -422,7 +460,7 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, names []string, so
 	if err != nil {
 		return api.Image{}, err
 	}
-	a, err := toAPI(out)
+	a, err := toAPI(out, tenant)
 	a.Notes = allNotes
 	return a, err
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -118,7 +119,7 @@ func TestPullUnpacksLayersForOverlay(t *testing.T) {
 	img := twoLayers(t)
 	id := reg.Push(t, "tiny:1", img)
 	var events []api.PullEvent
-	got, err := s.Pull(t.Context(), reg.Ref("tiny:1"), func(ev api.PullEvent) { events = append(events, ev) })
+	got, err := s.Pull(t.Context(), "", reg.Ref("tiny:1"), func(ev api.PullEvent) { events = append(events, ev) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestPullUnpacksLayersForOverlay(t *testing.T) {
 		t.Errorf("notes %q: want the skipped device file and attribute named", got.Notes)
 	}
 	for _, ref := range []string{reg.Ref("tiny:1"), id, reg.Host + "/tiny@" + id} {
-		if l, err := s.Lookup(t.Context(), ref); err != nil || l.ID != id {
+		if l, err := s.Lookup(t.Context(), "", ref); err != nil || l.ID != id {
 			t.Errorf("lookup %s: %v, %v", ref, l.ID, err)
 		}
 	}
@@ -219,7 +220,7 @@ func TestConcurrentPullsShareOneDownload(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i := range 2 {
-		wg.Go(func() { _, errs[i] = s.Pull(t.Context(), reg.Ref("multi:1"), nil) })
+		wg.Go(func() { _, errs[i] = s.Pull(t.Context(), "", reg.Ref("multi:1"), nil) })
 	}
 	time.Sleep(200 * time.Millisecond)
 	close(release)
@@ -285,7 +286,7 @@ func TestHostileLayers(t *testing.T) {
 				raw = testregistry.Tar(t, c.entries...)
 			}
 			reg.Push(t, "hostile:"+c.name, testregistry.Image(t, v1.Config{}, arch, good, testregistry.Layer(t, raw)))
-			_, err := s.Pull(t.Context(), reg.Ref("hostile:"+c.name), nil)
+			_, err := s.Pull(t.Context(), "", reg.Ref("hostile:"+c.name), nil)
 			if errdefs.ClassOf(err) != c.class {
 				t.Fatalf("pull: %v (class %q), want %s", err, errdefs.ClassOf(err), c.class)
 			}
@@ -301,7 +302,7 @@ func TestHostileLayers(t *testing.T) {
 					t.Fatalf("a partial layer %s stayed", d)
 				}
 			}
-			if _, err := s.Lookup(t.Context(), reg.Ref("hostile:"+c.name)); !errdefs.IsNotFound(err) {
+			if _, err := s.Lookup(t.Context(), "", reg.Ref("hostile:"+c.name)); !errdefs.IsNotFound(err) {
 				t.Fatalf("a refused image is stored: %v", err)
 			}
 		})
@@ -334,7 +335,7 @@ func TestWrongDigests(t *testing.T) {
 		}
 		return false
 	})
-	if _, err := s.Pull(t.Context(), reg.Ref("tampered:1"), nil); errdefs.ClassOf(err) != errdefs.InvalidArgument {
+	if _, err := s.Pull(t.Context(), "", reg.Ref("tampered:1"), nil); errdefs.ClassOf(err) != errdefs.InvalidArgument {
 		t.Errorf("pull of a tampered blob: %v", err)
 	}
 	reg.Hook(nil)
@@ -347,7 +348,7 @@ func TestWrongDigests(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.Push(t, "lying:1", lying)
-	if _, err := s.Pull(t.Context(), reg.Ref("lying:1"), nil); errdefs.ClassOf(err) != errdefs.InvalidArgument || !strings.Contains(err.Error(), "digest") {
+	if _, err := s.Pull(t.Context(), "", reg.Ref("lying:1"), nil); errdefs.ClassOf(err) != errdefs.InvalidArgument || !strings.Contains(err.Error(), "digest") {
 		t.Errorf("pull of a config that lies: %v", err)
 	}
 	for _, d := range s.layerDirs(t) {
@@ -360,18 +361,18 @@ func TestWrongDigests(t *testing.T) {
 func TestPullErrors(t *testing.T) {
 	s := newOCIStore(t)
 	reg := testregistry.Start(t)
-	if _, err := s.Pull(t.Context(), reg.Ref("nothing:here"), nil); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "nothing:here") {
+	if _, err := s.Pull(t.Context(), "", reg.Ref("nothing:here"), nil); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "nothing:here") {
 		t.Errorf("unknown image: %v", err)
 	}
-	if _, err := s.Pull(t.Context(), "Not A Ref!", nil); errdefs.ClassOf(err) != errdefs.InvalidArgument {
+	if _, err := s.Pull(t.Context(), "", "Not A Ref!", nil); errdefs.ClassOf(err) != errdefs.InvalidArgument {
 		t.Errorf("bad reference: %v", err)
 	}
 	host := reg.Host
 	reg.Close()
-	if _, err := s.Pull(t.Context(), host+"/gone:1", nil); errdefs.ClassOf(err) != errdefs.Unavailable {
+	if _, err := s.Pull(t.Context(), "", host+"/gone:1", nil); errdefs.ClassOf(err) != errdefs.Unavailable {
 		t.Errorf("registry down: %v (class %s)", err, errdefs.ClassOf(err))
 	}
-	if _, err := s.Lookup(t.Context(), "never-pulled:1"); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "never-pulled:1") {
+	if _, err := s.Lookup(t.Context(), "", "never-pulled:1"); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "never-pulled:1") {
 		t.Errorf("lookup of an image never pulled: %v", err)
 	}
 }
@@ -397,7 +398,7 @@ func TestInterruptedPull(t *testing.T) {
 		}
 		return false
 	})
-	if _, err := s.Pull(t.Context(), reg.Ref("cut:1"), nil); err == nil {
+	if _, err := s.Pull(t.Context(), "", reg.Ref("cut:1"), nil); err == nil {
 		t.Fatal("a pull cut off mid-layer succeeded")
 	}
 	for _, d := range s.layerDirs(t) {
@@ -408,7 +409,7 @@ func TestInterruptedPull(t *testing.T) {
 	reg.Hook(nil)
 	sd, _ := small.Digest()
 	before := reg.BlobGets(sd.String())
-	if _, err := s.Pull(t.Context(), reg.Ref("cut:1"), nil); err != nil {
+	if _, err := s.Pull(t.Context(), "", reg.Ref("cut:1"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if reg.BlobGets(sd.String()) != before {
@@ -429,18 +430,18 @@ func TestRemoveAndPrune(t *testing.T) {
 	reg.Push(t, "b:1", testregistry.Image(t, v1.Config{}, arch, shared))
 	ctx := t.Context()
 	for _, r := range []string{"a:1", "b:1"} {
-		if _, err := s.Pull(ctx, reg.Ref(r), nil); err != nil {
+		if _, err := s.Pull(ctx, "", reg.Ref(r), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := s.db.CreateSandbox(ctx, store.Sandbox{ID: "sb1", State: api.StateRunning, Image: reg.Ref("a:1"), ImageID: a, Runtime: "native", Spec: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Remove(ctx, a)
+	_, err := s.Remove(ctx, "", a)
 	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "sb1") {
 		t.Fatalf("remove of an image in use: %v", err)
 	}
-	if img, err := s.Inspect(ctx, a); err != nil || len(img.InUse) != 1 {
+	if img, err := s.Inspect(ctx, "", a); err != nil || len(img.InUse) != 1 {
 		t.Fatalf("inspect: %+v, %v", img.InUse, err)
 	}
 	if err := s.db.DeleteSandbox(ctx, "sb1"); err != nil {
@@ -449,14 +450,14 @@ func TestRemoveAndPrune(t *testing.T) {
 	if len(s.layerDirs(t)) != 2 {
 		t.Fatalf("layer dirs %v", s.layerDirs(t))
 	}
-	res, err := s.Remove(ctx, reg.Ref("a:1"))
+	res, err := s.Remove(ctx, "", reg.Ref("a:1"))
 	if err != nil || res.Layers != 1 {
 		t.Fatalf("remove a: %+v, %v: want its own layer gone, the shared one kept", res, err)
 	}
 	if _, err := s.Resolve(ctx, reg.Ref("b:1"), image.Unmapped); err != nil {
 		t.Fatalf("b after a's removal: %v", err)
 	}
-	if _, err := s.Remove(ctx, "sha256:"+strings.Repeat("0", 64)); !errdefs.IsNotFound(err) {
+	if _, err := s.Remove(ctx, "", "sha256:"+strings.Repeat("0", 64)); !errdefs.IsNotFound(err) {
 		t.Errorf("remove of an unknown id: %v", err)
 	}
 	// Prune: b is named, so only --all removes it.
@@ -480,7 +481,7 @@ func TestImport(t *testing.T) {
 	if err := tarball.Write(tag, img, &buf); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Import(t.Context(), &buf, "", nil)
+	got, err := s.Import(t.Context(), "", &buf, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,14 +510,14 @@ func TestImport(t *testing.T) {
 		return nil
 	})
 	tw.Close()
-	got, err = s.Import(t.Context(), &lt, "local/tiny:oci", nil)
+	got, err = s.Import(t.Context(), "", &lt, "local/tiny:oci", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := s.Lookup(t.Context(), "local/tiny:oci"); err != nil || l.ID != got[0].ID {
+	if l, err := s.Lookup(t.Context(), "", "local/tiny:oci"); err != nil || l.ID != got[0].ID {
 		t.Fatalf("lookup of the imported name: %+v, %v", l, err)
 	}
-	if _, err := s.Import(t.Context(), strings.NewReader("not a tar at all"), "", nil); errdefs.ClassOf(err) != errdefs.InvalidArgument {
+	if _, err := s.Import(t.Context(), "", strings.NewReader("not a tar at all"), "", nil); errdefs.ClassOf(err) != errdefs.InvalidArgument {
 		t.Errorf("import of garbage: %v", err)
 	}
 }
@@ -535,7 +536,7 @@ func TestReadFileStaysInTheImage(t *testing.T) {
 	for name, link := range map[string]string{"absolute": secret, "climbing": "../../../../../../../../../../" + secret} {
 		reg.Push(t, "trust:"+name, testregistry.Image(t, v1.Config{}, arch, testregistry.Layer(t, testregistry.Tar(t,
 			testregistry.Entry{Name: "etc/ssl/certs/ca-certificates.crt", Type: tar.TypeSymlink, Link: link}))))
-		if _, err := s.Pull(t.Context(), reg.Ref("trust:"+name), nil); err != nil {
+		if _, err := s.Pull(t.Context(), "", reg.Ref("trust:"+name), nil); err != nil {
 			t.Fatal(err)
 		}
 		res, err := s.Resolve(t.Context(), reg.Ref("trust:"+name), image.Unmapped)
@@ -550,7 +551,7 @@ func TestReadFileStaysInTheImage(t *testing.T) {
 	bottom := testregistry.Layer(t, testregistry.Tar(t, testregistry.Entry{Name: "etc/f", Body: "lower"}))
 	top := testregistry.Layer(t, testregistry.Tar(t, testregistry.Entry{Name: "etc/.wh.f"}))
 	reg.Push(t, "trust:whiteout", testregistry.Image(t, v1.Config{}, arch, bottom, top))
-	if _, err := s.Pull(t.Context(), reg.Ref("trust:whiteout"), nil); err != nil {
+	if _, err := s.Pull(t.Context(), "", reg.Ref("trust:whiteout"), nil); err != nil {
 		t.Fatal(err)
 	}
 	res, _ := s.Resolve(t.Context(), reg.Ref("trust:whiteout"), image.Unmapped)
@@ -559,5 +560,183 @@ func TestReadFileStaysInTheImage(t *testing.T) {
 	}
 	if b, found, err := image.ReadFile(res.Root.Layers[1:], "etc/f", 1<<20); !found || string(b) != "lower" {
 		t.Fatalf("the lower layer alone: %q %v %v", b, found, err)
+	}
+}
+
+// TestTenantImages: a tenant's names are its own (another tenant's name or
+// id is not_found, like a missing one); the operator's are a catalog every
+// tenant uses and only the operator removes; one name in two tenants is
+// two images; content is shared and goes only when no one names it.
+func TestTenantImages(t *testing.T) {
+	s := newOCIStore(t)
+	reg := testregistry.Start(t)
+	ctx := t.Context()
+	layer := func(body string) v1.Layer {
+		return testregistry.Layer(t, testregistry.Tar(t, testregistry.Entry{Name: "f", Body: body}))
+	}
+	alphaID := reg.Push(t, "app:alpha", testregistry.Image(t, v1.Config{}, arch, layer("alpha")))
+	catID := reg.Push(t, "catalog:1", testregistry.Image(t, v1.Config{}, arch, layer("catalog")))
+	if _, err := s.Pull(ctx, "", reg.Ref("catalog:1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pull(ctx, "a", reg.Ref("app:alpha"), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Tenant b imports its own image under the same name as a's.
+	tag, err := name.NewTag(reg.Ref("app:alpha"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := tarball.Write(tag, testregistry.Image(t, v1.Config{}, arch, layer("beta")), &buf); err != nil {
+		t.Fatal(err)
+	}
+	imported, err := s.Import(ctx, "b", &buf, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	betaID := imported[0].ID
+	for _, c := range []struct {
+		tenant, ref, want string
+	}{
+		{"a", reg.Ref("app:alpha"), alphaID},
+		{"b", reg.Ref("app:alpha"), betaID},
+		{"a", reg.Ref("catalog:1"), catID},
+		{"b", reg.Ref("catalog:1"), catID},
+		{"a", catID, catID},
+		{"a", alphaID, alphaID},
+		{"", alphaID, alphaID}, // the operator sees every image by id
+	} {
+		img, err := s.Lookup(ctx, c.tenant, c.ref)
+		if err != nil || img.ID != c.want {
+			t.Errorf("tenant %q: %s: %s, %v; want %s", c.tenant, c.ref, img.ID, err, c.want)
+		}
+	}
+	for _, c := range []struct{ tenant, ref string }{
+		{"b", alphaID},              // a's image by id
+		{"a", betaID},               // b's image by id
+		{"c", reg.Ref("app:alpha")}, // a's and b's name
+		{"", reg.Ref("app:alpha")},  // the operator resolves the operator's names
+		{"c", "sha256:" + strings.Repeat("0", 64)},
+	} {
+		if _, err := s.Lookup(ctx, c.tenant, c.ref); !errdefs.IsNotFound(err) {
+			t.Errorf("tenant %q: %s: %v, want not_found", c.tenant, c.ref, err)
+		}
+		if _, err := s.Inspect(ctx, c.tenant, c.ref); !errdefs.IsNotFound(err) {
+			t.Errorf("tenant %q: inspect %s: %v, want not_found", c.tenant, c.ref, err)
+		}
+		if _, err := s.Remove(ctx, c.tenant, c.ref); !errdefs.IsNotFound(err) {
+			t.Errorf("tenant %q: remove %s: %v, want not_found", c.tenant, c.ref, err)
+		}
+	}
+	// Lists: a tenant sees its own and the operator's; the operator every one.
+	ids := func(tenant string) []string {
+		imgs, err := s.List(ctx, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, img := range imgs {
+			out = append(out, img.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	want := func(ids ...string) []string { slices.Sort(ids); return ids }
+	if got := ids("a"); !slices.Equal(got, want(alphaID, catID)) {
+		t.Errorf("a lists %v", got)
+	}
+	if got := ids("c"); !slices.Equal(got, want(catID)) {
+		t.Errorf("c lists %v", got)
+	}
+	if got := ids(""); !slices.Equal(got, want(alphaID, betaID, catID)) {
+		t.Errorf("the operator lists %v", got)
+	}
+	img, err := s.Inspect(ctx, "", betaID)
+	if err != nil || len(img.Names) != 0 || !slices.Contains(img.TenantNames["b"], reg.Ref("app:alpha")) {
+		t.Errorf("the operator's view of b's image: names %v, tenant names %v, %v", img.Names, img.TenantNames, err)
+	}
+	img, err = s.Inspect(ctx, "a", reg.Ref("app:alpha"))
+	if err != nil || len(img.TenantNames) != 1 || len(img.TenantNames["a"]) == 0 {
+		t.Errorf("a's view of its image: tenant names %v, %v", img.TenantNames, err)
+	}
+	// The catalog is the operator's to remove.
+	if _, err := s.Remove(ctx, "a", reg.Ref("catalog:1")); errdefs.ClassOf(err) != errdefs.PermissionDenied {
+		t.Errorf("a removes the operator's image: %v", err)
+	}
+	if _, err := s.Remove(ctx, "a", catID); errdefs.ClassOf(err) != errdefs.PermissionDenied {
+		t.Errorf("a removes the operator's image by id: %v", err)
+	}
+	// Shared content: the operator names a's image too; a's removal of its
+	// name leaves the image to the operator.
+	if _, err := s.Pull(ctx, "", reg.Ref("app:alpha"), nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Remove(ctx, "a", reg.Ref("app:alpha"))
+	if err != nil || len(res.Images) != 0 {
+		t.Fatalf("a removes its name of a shared image: %+v, %v", res, err)
+	}
+	if img, err := s.Lookup(ctx, "a", reg.Ref("app:alpha")); err != nil || img.ID != alphaID {
+		t.Errorf("a's name gone, the operator's resolves: %s, %v", img.ID, err)
+	}
+	// b's own sandbox keeps its image from b's removal (conflict naming it);
+	// once it is gone, the image and its layer go.
+	if err := s.db.CreateSandbox(ctx, store.Sandbox{ID: "sb-b", Tenant: "b", State: api.StateRunning, Image: reg.Ref("app:alpha"), ImageID: betaID, Runtime: "native", Spec: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Remove(ctx, "b", reg.Ref("app:alpha")); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "sb-b") {
+		t.Fatalf("b removes the image its sandbox is made of: %v", err)
+	}
+	if img, err := s.Inspect(ctx, "a", alphaID); err != nil || len(img.InUse) != 0 {
+		t.Errorf("a sees b's sandbox in in_use: %+v, %v", img.InUse, err)
+	}
+	if err := s.db.DeleteSandbox(ctx, "sb-b"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Remove(ctx, "b", betaID)
+	if err != nil || len(res.Images) != 1 || res.Layers != 1 {
+		t.Fatalf("b removes its image by id: %+v, %v", res, err)
+	}
+}
+
+// TestBuiltImageGrant: a build's step image (stored without names) is its
+// tenant's to use by id until Forget, and no one else's.
+func TestBuiltImageGrant(t *testing.T) {
+	s := newOCIStore(t)
+	ctx := t.Context()
+	img, err := s.StoreBuilt(ctx, "a", v1.ConfigFile{OS: "linux", Architecture: arch}, nil, image.BuiltPrefix+"Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(img.Names) != 0 {
+		t.Errorf("a step image has names %v", img.Names)
+	}
+	if _, err := s.Lookup(ctx, "a", img.ID); err != nil {
+		t.Errorf("a uses its step image: %v", err)
+	}
+	if _, err := s.Lookup(ctx, "b", img.ID); !errdefs.IsNotFound(err) {
+		t.Errorf("b uses a's step image: %v", err)
+	}
+	if imgs, err := s.List(ctx, "a"); err != nil || len(imgs) != 0 {
+		t.Errorf("a lists its step image: %v, %v", imgs, err)
+	}
+	if err := s.Forget(ctx, "a", img.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lookup(ctx, "", img.ID); !errdefs.IsNotFound(err) {
+		t.Errorf("a forgotten step image: %v", err)
+	}
+	named, err := s.StoreBuilt(ctx, "a", v1.ConfigFile{OS: "linux", Architecture: arch}, []string{"agent:1"}, image.BuiltPrefix+"Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lookup(ctx, "a", "agent:1"); err != nil {
+		t.Errorf("a's template: %v", err)
+	}
+	if _, err := s.Lookup(ctx, "b", "agent:1"); !errdefs.IsNotFound(err) {
+		t.Errorf("b finds a's template: %v", err)
+	}
+	if _, err := s.Lookup(ctx, "b", named.ID); !errdefs.IsNotFound(err) {
+		t.Errorf("b finds a's template by id: %v", err)
 	}
 }

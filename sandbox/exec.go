@@ -247,7 +247,7 @@ func (m *Manager) imageCommand(ctx context.Context, tenant, id string, req api.E
 	if imageID == "" || imageID == image.Host {
 		return req, errdefs.New(errdefs.InvalidArgument, "cmd, shell: give one of them (sandbox %s's image %s has no default command)", id, rec.Image)
 	}
-	img, err := m.images.Ensure(ctx, imageID)
+	img, err := m.images.Ensure(ctx, tenant, imageID)
 	if err != nil {
 		return req, err
 	}

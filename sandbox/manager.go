@@ -75,8 +75,11 @@ const DefaultExecOutputBudget = 512 << 20
 
 // Images resolves image references into root file systems (image.Store).
 type Images interface {
-	// Ensure finds a stored image by reference, pulling it if need be.
-	Ensure(ctx context.Context, ref string) (api.Image, error)
+	// Ensure finds a stored image by reference as tenant may use it (its
+	// own names, then the operator's), pulling it as tenant's if need be.
+	Ensure(ctx context.Context, tenant, ref string) (api.Image, error)
+	// Resolve prepares the host image or a stored image by the id a
+	// sandbox's record pins (resolved for its tenant at create).
 	Resolve(ctx context.Context, ref string, ids runtime.IDMap) (image.Resolved, error)
 }
 

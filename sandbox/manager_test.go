@@ -27,7 +27,7 @@ import (
 // for, as the image package would.
 type staticImages struct{}
 
-func (staticImages) Ensure(_ context.Context, ref string) (api.Image, error) {
+func (staticImages) Ensure(_ context.Context, _, ref string) (api.Image, error) {
 	return api.Image{}, errdefs.New(errdefs.NotFound, "image %q: no such image here", ref)
 }
 

@@ -73,7 +73,7 @@ func (m *Manager) normalize(ctx context.Context, tenant string, req api.CreateSa
 		}
 		return req, "", nil
 	}
-	img, err := m.images.Ensure(ctx, req.Image)
+	img, err := m.images.Ensure(ctx, tenant, req.Image)
 	if err != nil {
 		return req, "", err
 	}

@@ -34,7 +34,7 @@ import (
 
 type hostImage struct{}
 
-func (hostImage) Ensure(_ context.Context, ref string) (api.Image, error) {
+func (hostImage) Ensure(_ context.Context, _, ref string) (api.Image, error) {
 	return api.Image{}, errdefs.New(errdefs.NotFound, "image %q: no such image here", ref)
 }
 

@@ -12,13 +12,14 @@ import (
 )
 
 // Images is what the image routes need of the image store (image.Store).
-// Images are the daemon's, shared by every tenant.
+// Image names are a tenant's; the operator's ("") are the catalog every
+// tenant uses. Content is shared.
 type Images interface {
-	Pull(ctx context.Context, ref string, progress func(api.PullEvent)) (api.Image, error)
-	Import(ctx context.Context, r io.Reader, as string, progress func(api.PullEvent)) ([]api.Image, error)
-	List(ctx context.Context) ([]api.Image, error)
-	Inspect(ctx context.Context, ref string) (api.Image, error)
-	Remove(ctx context.Context, ref string) (api.PruneResult, error)
+	Pull(ctx context.Context, tenant, ref string, progress func(api.PullEvent)) (api.Image, error)
+	Import(ctx context.Context, tenant string, r io.Reader, as string, progress func(api.PullEvent)) ([]api.Image, error)
+	List(ctx context.Context, tenant string) ([]api.Image, error)
+	Inspect(ctx context.Context, tenant, ref string) (api.Image, error)
+	Remove(ctx context.Context, tenant, ref string) (api.PruneResult, error)
 	Prune(ctx context.Context, all bool) (api.PruneResult, error)
 }
 
@@ -41,25 +42,40 @@ func (g *imagesGroup) Name() string { return "images" }
 
 // Routes implements Group.
 func (g *imagesGroup) Routes(r *Router) {
+	// A tenant pulls, imports and removes its own images; the operator's
+	// are the catalog every tenant uses. Only the operator prunes (every
+	// tenant's unused images) and sizes the warm pools.
 	r.Handle("GET /v1/images", g.list)
 	r.Handle("GET /v1/images/{ref...}", g.inspect)
-	// Images are the operator's catalog, which every tenant reads: only
-	// the operator adds and removes them, and sizes the warm pools.
+	r.Handle("POST /v1/images/pull", g.pull)
+	r.Handle("POST /v1/images/import", g.importImages)
+	r.Handle("DELETE /v1/images/{ref...}", g.remove)
 	ad := r.Admin()
-	ad.Handle("POST /v1/images/pull", g.pull)
-	ad.Handle("POST /v1/images/import", g.importImages)
 	ad.Handle("POST /v1/images/prune", g.prune)
-	ad.Handle("DELETE /v1/images/{ref...}", g.remove)
 	ad.Handle("GET /v1/pools", g.listPools)
 	ad.Handle("PUT /v1/pools", g.setPool)
 }
 
 func (g *imagesGroup) list(w http.ResponseWriter, r *http.Request) error {
-	imgs, err := g.images.List(r.Context())
+	imgs, err := g.images.List(r.Context(), Tenant(r))
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, api.ListImagesResponse{Images: imgs})
+}
+
+// imageTenant is whose names a request about one image acts on: the
+// caller's tenant, or, for the operator, the tenant the query names.
+func imageTenant(r *http.Request) (string, error) {
+	t := Tenant(r)
+	q := r.URL.Query().Get("tenant")
+	switch {
+	case q == "" || q == t:
+		return t, nil
+	case t != "":
+		return "", errdefs.New(errdefs.InvalidArgument, "tenant: %q: only the operator (an admin key) names another tenant", q)
+	}
+	return q, nil
 }
 
 func wantsNDJSON(r *http.Request) bool {
@@ -110,28 +126,28 @@ func (g *imagesGroup) pull(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.New(errdefs.InvalidArgument, "ref: required (an image reference such as python:3.12-slim)")
 	}
 	if !wantsNDJSON(r) {
-		img, err := g.images.Pull(r.Context(), req.Ref, nil)
+		img, err := g.images.Pull(r.Context(), Tenant(r), req.Ref, nil)
 		if err != nil {
 			return err
 		}
 		return writeJSON(w, http.StatusOK, img)
 	}
 	ps := newPullStream(w)
-	img, err := g.images.Pull(r.Context(), req.Ref, ps.send)
+	img, err := g.images.Pull(r.Context(), Tenant(r), req.Ref, ps.send)
 	return ps.finish(&img, err)
 }
 
 func (g *imagesGroup) importImages(w http.ResponseWriter, r *http.Request) error {
 	as := r.URL.Query().Get("name")
 	if !wantsNDJSON(r) {
-		imgs, err := g.images.Import(r.Context(), r.Body, as, nil)
+		imgs, err := g.images.Import(r.Context(), Tenant(r), r.Body, as, nil)
 		if err != nil {
 			return err
 		}
 		return writeJSON(w, http.StatusOK, api.ListImagesResponse{Images: imgs})
 	}
 	ps := newPullStream(w)
-	imgs, err := g.images.Import(r.Context(), r.Body, as, ps.send)
+	imgs, err := g.images.Import(r.Context(), Tenant(r), r.Body, as, ps.send)
 	var last *api.Image
 	if len(imgs) > 0 {
 		last = &imgs[len(imgs)-1]
@@ -154,7 +170,11 @@ func (g *imagesGroup) prune(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (g *imagesGroup) inspect(w http.ResponseWriter, r *http.Request) error {
-	img, err := g.images.Inspect(r.Context(), r.PathValue("ref"))
+	tenant, err := imageTenant(r)
+	if err != nil {
+		return err
+	}
+	img, err := g.images.Inspect(r.Context(), tenant, r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -162,7 +182,11 @@ func (g *imagesGroup) inspect(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (g *imagesGroup) remove(w http.ResponseWriter, r *http.Request) error {
-	res, err := g.images.Remove(r.Context(), r.PathValue("ref"))
+	tenant, err := imageTenant(r)
+	if err != nil {
+		return err
+	}
+	res, err := g.images.Remove(r.Context(), tenant, r.PathValue("ref"))
 	if err != nil {
 		return err
 	}

@@ -27,13 +27,26 @@ type Image struct {
 	// file it was imported from.
 	Source    string
 	CreatedAt time.Time
-	// Names are the references that resolve to it, sorted.
-	Names []string
+	// Names are the references that resolve to it, every tenant's, sorted
+	// by tenant and name.
+	Names []ImageName
 }
 
-// PutImage stores img (replacing a row with its id) and points names at
-// it, moving a name that pointed at another image, in one transaction.
-func (s *Store) PutImage(ctx context.Context, img Image, names []string) error {
+// ImageName is a name of an image, which belongs to a tenant ("" the
+// operator's, the catalog every tenant reads). A name equal to the image's
+// id is a grant: it names nothing, but lets the tenant use the image by id
+// (a template build's step image).
+type ImageName struct {
+	Tenant, Name string
+}
+
+// Grant says whether n is a grant of image id rather than a name.
+func (n ImageName) Grant(id string) bool { return n.Name == id }
+
+// PutImage stores img (replacing a row with its id) and points tenant's
+// names at it, moving a name of tenant's that pointed at another image, in
+// one transaction.
+func (s *Store) PutImage(ctx context.Context, tenant string, img Image, names []string) error {
 	layers, err := json.Marshal(img.Layers)
 	if err != nil {
 		return err
@@ -50,8 +63,8 @@ func (s *Store) PutImage(ctx context.Context, img Image, names []string) error {
 			return fmt.Errorf("store image %s: %w", img.ID, err)
 		}
 		for _, n := range names {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO image_names (name, image_id) VALUES (?, ?)
-				ON CONFLICT (name) DO UPDATE SET image_id = excluded.image_id`, n, img.ID); err != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO image_names (tenant, name, image_id) VALUES (?, ?, ?)
+				ON CONFLICT (tenant, name) DO UPDATE SET image_id = excluded.image_id`, tenant, n, img.ID); err != nil {
 				return fmt.Errorf("name image %s %s: %w", img.ID, n, err)
 			}
 		}
@@ -63,17 +76,37 @@ func imageNotFound(ref string) error {
 	return errdefs.New(errdefs.NotFound, "image %q not found (berth image pull %s)", ref, ref)
 }
 
-// ImageByName returns the image name points at: not_found if none.
-func (s *Store) ImageByName(ctx context.Context, name string) (Image, error) {
-	var id string
-	err := s.r.QueryRowContext(ctx, `SELECT image_id FROM image_names WHERE name = ?`, name).Scan(&id)
+// ImageByName returns the image name points at for tenant, and whose
+// name it is: tenant's own name, else the operator's (""). not_found if
+// neither has it.
+func (s *Store) ImageByName(ctx context.Context, tenant, name string) (Image, string, error) {
+	var id, owner string
+	err := s.r.QueryRowContext(ctx, `SELECT image_id, tenant FROM image_names WHERE name = ? AND tenant IN (?, '')
+		ORDER BY tenant = ? DESC LIMIT 1`, name, tenant, tenant).Scan(&id, &owner)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Image{}, imageNotFound(name)
+		return Image{}, "", imageNotFound(name)
 	}
 	if err != nil {
-		return Image{}, fmt.Errorf("find image %s: %w", name, err)
+		return Image{}, "", fmt.Errorf("find image %s: %w", name, err)
 	}
-	return s.GetImage(ctx, id)
+	img, err := s.GetImage(ctx, id)
+	return img, owner, err
+}
+
+// ImageVisible says whether tenant may use image id by its id: the
+// operator ("") may use every image; a tenant those that it or the
+// operator names (or grants itself), and those its own sandboxes and
+// snapshots are made of.
+func (s *Store) ImageVisible(ctx context.Context, tenant, id string) (bool, error) {
+	var ok bool
+	err := s.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM images WHERE id = ?1 AND (?2 = ''
+		OR EXISTS (SELECT 1 FROM image_names WHERE image_id = ?1 AND tenant IN (?2, ''))
+		OR EXISTS (SELECT 1 FROM sandboxes WHERE image_id = ?1 AND tenant = ?2)
+		OR EXISTS (SELECT 1 FROM snapshots WHERE base = ?1 AND tenant = ?2)))`, id, tenant).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("find image %s: %w", id, err)
+	}
+	return ok, nil
 }
 
 // GetImage returns image id: not_found if absent.
@@ -88,16 +121,21 @@ func (s *Store) GetImage(ctx context.Context, id string) (Image, error) {
 	return imgs[0], nil
 }
 
-// ListImages returns every stored image, newest first.
-func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
-	return s.images(ctx, ``)
+// ListImages returns the images tenant sees, newest first: for the
+// operator (""), every stored image; for a tenant, those it or the
+// operator names.
+func (s *Store) ListImages(ctx context.Context, tenant string) ([]Image, error) {
+	if tenant == "" {
+		return s.images(ctx, ``)
+	}
+	return s.images(ctx, `WHERE EXISTS (SELECT 1 FROM image_names v WHERE v.image_id = i.id AND v.tenant IN (?, '') AND v.name != i.id)`, tenant)
 }
 
 func (s *Store) images(ctx context.Context, where string, args ...any) ([]Image, error) {
 	out := []Image{}
 	err := s.read(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT i.id, i.config, i.layers, i.size, i.source, i.created_at,
-			COALESCE((SELECT group_concat(n.name, char(10)) FROM image_names n WHERE n.image_id = i.id), '')
+			COALESCE((SELECT group_concat(n.tenant || char(9) || n.name, char(10)) FROM image_names n WHERE n.image_id = i.id), '')
 			FROM images i `+where+` ORDER BY i.created_at DESC, i.id`, args...)
 		if err != nil {
 			return fmt.Errorf("list images: %w", err)
@@ -119,8 +157,14 @@ func (s *Store) images(ctx context.Context, where string, args ...any) ([]Image,
 			}
 			img.CreatedAt = fromNanos(created)
 			if names != "" {
-				img.Names = strings.Split(names, "\n")
-				sort.Strings(img.Names)
+				for _, tn := range strings.Split(names, "\n") {
+					t, n, _ := strings.Cut(tn, "\t")
+					img.Names = append(img.Names, ImageName{Tenant: t, Name: n})
+				}
+				sort.Slice(img.Names, func(a, b int) bool {
+					x, y := img.Names[a], img.Names[b]
+					return x.Tenant < y.Tenant || x.Tenant == y.Tenant && x.Name < y.Name
+				})
 			}
 			out = append(out, img)
 		}
@@ -147,16 +191,65 @@ func (s *Store) ImageUsers(ctx context.Context, id string) ([]string, error) {
 	return ids, rows.Err()
 }
 
-// Untag removes name from the image it points at; the image stays.
-func (s *Store) Untag(ctx context.Context, name string) error {
-	res, err := s.w.ExecContext(ctx, `DELETE FROM image_names WHERE name = ?`, name)
+// TenantImageUsers lists the sandboxes of tenant ("" every tenant's) made
+// of image id.
+func (s *Store) TenantImageUsers(ctx context.Context, tenant, id string) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM sandboxes WHERE image_id = ? AND (? = '' OR tenant = ?) ORDER BY id`, id, tenant, tenant)
 	if err != nil {
-		return fmt.Errorf("untag %s: %w", name, err)
+		return nil, fmt.Errorf("image users: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return imageNotFound(name)
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var sid string
+		if err := rows.Scan(&sid); err != nil {
+			return nil, fmt.Errorf("image users: %w", err)
+		}
+		ids = append(ids, sid)
 	}
-	return nil
+	return ids, rows.Err()
+}
+
+// ImageUsedBy lists what of tenant's ("" every tenant's) is made of
+// image id: its sandboxes, and its snapshots as "snapshot NAME" (at most
+// eleven).
+func (s *Store) ImageUsedBy(ctx context.Context, tenant, id string) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM sandboxes WHERE image_id = ?1 AND (?2 = '' OR tenant = ?2)
+		UNION ALL SELECT 'snapshot ' || CASE name WHEN '' THEN id ELSE name END FROM snapshots WHERE base = ?1 AND (?2 = '' OR tenant = ?2)
+		LIMIT 11`, id, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("users of %s: %w", id, err)
+	}
+	defer rows.Close()
+	var users []string
+	for rows.Next() {
+		var u string
+		if err := rows.Scan(&u); err != nil {
+			return nil, fmt.Errorf("users of %s: %w", id, err)
+		}
+		users = append(users, u)
+	}
+	return users, rows.Err()
+}
+
+// Untag removes tenant's names from the image they point at; the image
+// stays. not_found if tenant has none of them.
+func (s *Store) Untag(ctx context.Context, tenant string, names ...string) error {
+	return inTx(ctx, s.w, func(tx *sql.Tx) error {
+		var gone int64
+		for _, name := range names {
+			res, err := tx.ExecContext(ctx, `DELETE FROM image_names WHERE tenant = ? AND name = ?`, tenant, name)
+			if err != nil {
+				return fmt.Errorf("untag %s: %w", name, err)
+			}
+			n, _ := res.RowsAffected()
+			gone += n
+		}
+		if gone == 0 && len(names) > 0 {
+			return imageNotFound(names[0])
+		}
+		return nil
+	})
 }
 
 // DeleteImage removes image id and its names, unless a sandbox or a

@@ -13,7 +13,7 @@ func TestSnapshots(t *testing.T) {
 	s := newStore(t)
 	ctx := t.Context()
 	img := Image{ID: "sha256:img", Config: json.RawMessage(`{}`), Layers: []string{"sha256:l1"}, Source: "x", CreatedAt: time.Now()}
-	if err := s.PutImage(ctx, img, []string{"base:1"}); err != nil {
+	if err := s.PutImage(ctx, "", img, []string{"base:1"}); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 11, 24, 9, 0, 0, 7, time.UTC)

@@ -149,6 +149,18 @@ func migrations() []string {
 			egress_bytes_out INTEGER NOT NULL,
 			egress_bytes_in INTEGER NOT NULL
 		);`,
+		// Image names belong to a tenant ('' the operator's, as every
+		// name before was); an image's content stays shared.
+		`CREATE TABLE image_names_by_tenant (
+			tenant TEXT NOT NULL DEFAULT '',
+			name TEXT NOT NULL,
+			image_id TEXT NOT NULL REFERENCES images(id) ON DELETE CASCADE,
+			PRIMARY KEY (tenant, name)
+		);
+		INSERT INTO image_names_by_tenant (tenant, name, image_id) SELECT '', name, image_id FROM image_names;
+		DROP TABLE image_names;
+		ALTER TABLE image_names_by_tenant RENAME TO image_names;
+		CREATE INDEX image_names_image ON image_names(image_id);`,
 	}
 }
 

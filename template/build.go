@@ -47,11 +47,14 @@ import (
 
 // Images is what a build needs of the image store.
 type Images interface {
-	Ensure(ctx context.Context, ref string) (api.Image, error)
+	// Ensure finds (or pulls) an image as tenant's create would.
+	Ensure(ctx context.Context, tenant, ref string) (api.Image, error)
 	ConfigOf(ctx context.Context, id string) (*v1.ConfigFile, error)
 	StoreLayer(ctx context.Context, r io.Reader) (diff string, size int64, err error)
-	StoreBuilt(ctx context.Context, cf v1.ConfigFile, names []string, source string) (api.Image, error)
-	Forget(ctx context.Context, id string) error
+	// StoreBuilt stores a built image named names of tenant's (none: a
+	// step's image, which tenant may use by id until Forget).
+	StoreBuilt(ctx context.Context, tenant string, cf v1.ConfigFile, names []string, source string) (api.Image, error)
+	Forget(ctx context.Context, tenant, id string) error
 }
 
 // Cache remembers the layers steps made, by their inputs' digest.
@@ -162,7 +165,7 @@ func (b *Builder) Build(ctx context.Context, tenant string, req api.BuildTemplat
 		}
 	}
 	r.cf.Architecture, r.cf.OS = goruntime.GOARCH, "linux"
-	img, err := b.images.StoreBuilt(ctx, r.cf, []string{req.Name}, image.BuiltPrefix+req.Dockerfile)
+	img, err := b.images.StoreBuilt(ctx, tenant, r.cf, []string{req.Name}, image.BuiltPrefix+req.Dockerfile)
 	if err != nil {
 		return api.BuildResult{}, err
 	}
@@ -285,7 +288,7 @@ func (r *run) fromImage(in instruction) error {
 	switch ref {
 	case "scratch":
 		r.cf = v1.ConfigFile{}
-		r.key = digest("from", "scratch")
+		r.key = r.fromKey("scratch")
 		return nil
 	case image.Host:
 		return in.errorf("the host image is a view of this host's directories, not an image to build on: start FROM an OCI image or scratch")
@@ -296,10 +299,10 @@ func (r *run) fromImage(in instruction) error {
 			return err
 		}
 		r.cf = cf
-		r.key = digest("from", key)
+		r.key = r.fromKey(key)
 		return nil
 	}
-	img, err := r.b.images.Ensure(r.ctx, ref)
+	img, err := r.b.images.Ensure(r.ctx, r.tenant, ref)
 	if err != nil {
 		return err
 	}
@@ -308,8 +311,19 @@ func (r *run) fromImage(in instruction) error {
 		return err
 	}
 	r.cf = v1.ConfigFile{Config: cf.Config, RootFS: v1.RootFS{Type: "layers", DiffIDs: cf.RootFS.DiffIDs}}
-	r.key = digest("from", img.ID)
+	r.key = r.fromKey(img.ID)
 	return nil
+}
+
+// fromKey begins the build's digest at its base. The tenant is in it, so
+// that a tenant's build never hits a step another tenant's build cached
+// (and so learns nothing of what others build); the operator's keys are
+// as they were before tenants.
+func (r *run) fromKey(base string) string {
+	if r.tenant == "" {
+		return digest("from", base)
+	}
+	return digest("from", "tenant", r.tenant, base)
 }
 
 func (r *run) arg(in instruction) error {
@@ -417,11 +431,11 @@ func (r *run) addLayer(layer string) {
 // layer of what it changed ("" for nothing). The sandbox and the step's
 // image are gone when it returns.
 func (r *run) inSandbox(do func(id string) error) (string, error) {
-	img, err := r.b.images.StoreBuilt(r.ctx, r.cf, nil, image.BuiltPrefix+r.req.Dockerfile)
+	img, err := r.b.images.StoreBuilt(r.ctx, r.tenant, r.cf, nil, image.BuiltPrefix+r.req.Dockerfile)
 	if err != nil {
 		return "", err
 	}
-	defer r.b.images.Forget(context.WithoutCancel(r.ctx), img.ID)
+	defer r.b.images.Forget(context.WithoutCancel(r.ctx), r.tenant, img.ID)
 	sb, err := r.b.sandboxes.Create(r.ctx, r.tenant, api.CreateSandboxRequest{Image: img.ID, User: rootID, Workdir: "/",
 		Network: r.req.Network, Labels: map[string]string{LabelBuild: labelValue(r.req.Name)}})
 	if err != nil {

@@ -277,7 +277,7 @@ func (g *Group) createSandbox(w http.ResponseWriter, r *http.Request, defaultTim
 		return err
 	}
 	ctx := r.Context()
-	req, err := g.createRequest(ctx, body, defaultTimeout)
+	req, err := g.createRequest(ctx, server.Tenant(r), body, defaultTimeout)
 	if err != nil {
 		return err
 	}
@@ -295,12 +295,12 @@ func (g *Group) createSandbox(w http.ResponseWriter, r *http.Request, defaultTim
 
 // createRequest maps E2B's create onto berth's, refusing what berth
 // cannot honor rather than ignoring it.
-func (g *Group) createRequest(ctx context.Context, body newSandboxBody, defaultTimeout int64) (api.CreateSandboxRequest, error) {
+func (g *Group) createRequest(ctx context.Context, tenant string, body newSandboxBody, defaultTimeout int64) (api.CreateSandboxRequest, error) {
 	var req api.CreateSandboxRequest
 	if body.TemplateID == "" {
 		return req, errdefs.New(errdefs.InvalidArgument, "templateID: required")
 	}
-	image, err := g.templateImage(ctx, body.TemplateID)
+	image, err := g.templateImage(ctx, tenant, body.TemplateID)
 	if err != nil {
 		return req, err
 	}

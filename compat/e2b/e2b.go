@@ -104,11 +104,11 @@ type Manager interface {
 
 // Templates is what the template routes need of berth's image store
 // (image.Store implements it): E2B's templates are berth's images and
-// templates.
+// templates, as the request's tenant sees them.
 type Templates interface {
-	List(ctx context.Context) ([]api.Image, error)
-	Inspect(ctx context.Context, ref string) (api.Image, error)
-	Remove(ctx context.Context, ref string) (api.PruneResult, error)
+	List(ctx context.Context, tenant string) ([]api.Image, error)
+	Inspect(ctx context.Context, tenant, ref string) (api.Image, error)
+	Remove(ctx context.Context, tenant, ref string) (api.PruneResult, error)
 }
 
 // Config tunes the group.

@@ -19,6 +19,7 @@ import (
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/image"
+	"github.com/berthsh/berth/server"
 )
 
 // defaultTemplate is E2B's default template name.
@@ -99,9 +100,10 @@ func (g *Group) templateRef(name string) string {
 }
 
 // templateImage resolves an E2B template name to a berth image that
-// exists: only stored images and templates (and the host image, and
-// snapshots, which the manager looks up) count; nothing is pulled.
-func (g *Group) templateImage(ctx context.Context, name string) (string, error) {
+// exists for tenant: only its stored images and templates and the
+// operator's (and the host image, and snapshots, which the manager looks
+// up) count; nothing is pulled.
+func (g *Group) templateImage(ctx context.Context, tenant, name string) (string, error) {
 	ref := g.templateRef(name)
 	if ref == image.Host || strings.HasPrefix(ref, api.SnapshotPrefix) {
 		return ref, nil
@@ -109,7 +111,7 @@ func (g *Group) templateImage(ctx context.Context, name string) (string, error) 
 	if g.images == nil {
 		return "", errTemplateNotFound(name, nil)
 	}
-	if _, err := g.images.Inspect(ctx, ref); err != nil {
+	if _, err := g.images.Inspect(ctx, tenant, ref); err != nil {
 		return "", errTemplateNotFound(name, err)
 	}
 	return ref, nil
@@ -200,7 +202,7 @@ func (g *Group) hostTemplate() templateInfo {
 func (g *Group) listTemplates(w http.ResponseWriter, r *http.Request) error {
 	out := []templateInfo{g.hostTemplate()}
 	if g.images != nil {
-		imgs, err := g.images.List(r.Context())
+		imgs, err := g.images.List(r.Context(), server.Tenant(r))
 		if err != nil {
 			return err
 		}
@@ -213,8 +215,8 @@ func (g *Group) listTemplates(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, out)
 }
 
-// lookupTemplate is the template an E2B name or id stands for.
-func (g *Group) lookupTemplate(ctx context.Context, name string) (templateInfo, error) {
+// lookupTemplate is the template an E2B name or id stands for, for tenant.
+func (g *Group) lookupTemplate(ctx context.Context, tenant, name string) (templateInfo, error) {
 	ref := g.templateRef(name)
 	if ref == image.Host {
 		return g.hostTemplate(), nil
@@ -222,7 +224,7 @@ func (g *Group) lookupTemplate(ctx context.Context, name string) (templateInfo, 
 	if g.images == nil {
 		return templateInfo{}, errTemplateNotFound(name, nil)
 	}
-	img, err := g.images.Inspect(ctx, ref)
+	img, err := g.images.Inspect(ctx, tenant, ref)
 	if err != nil {
 		return templateInfo{}, errTemplateNotFound(name, err)
 	}
@@ -233,7 +235,7 @@ func (g *Group) lookupTemplate(ctx context.Context, name string) (templateInfo, 
 
 // getTemplate is GET /templates/{id}: the template with its one build.
 func (g *Group) getTemplate(w http.ResponseWriter, r *http.Request) error {
-	t, err := g.lookupTemplate(r.Context(), r.PathValue("id"))
+	t, err := g.lookupTemplate(r.Context(), server.Tenant(r), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -247,7 +249,7 @@ func (g *Group) getTemplate(w http.ResponseWriter, r *http.Request) error {
 // templateAlias is GET /templates/aliases/{alias}: whether the name is a
 // template here.
 func (g *Group) templateAlias(w http.ResponseWriter, r *http.Request) error {
-	t, err := g.lookupTemplate(r.Context(), r.PathValue("alias"))
+	t, err := g.lookupTemplate(r.Context(), server.Tenant(r), r.PathValue("alias"))
 	if err != nil {
 		return err
 	}
@@ -273,7 +275,7 @@ func (g *Group) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 	case g.images == nil:
 		return errTemplateNotFound(name, nil)
 	}
-	if _, err := g.images.Remove(r.Context(), ref); err != nil {
+	if _, err := g.images.Remove(r.Context(), server.Tenant(r), ref); err != nil {
 		if errdefs.IsNotFound(err) || errdefs.IsInvalidArgument(err) {
 			return errTemplateNotFound(name, err)
 		}
