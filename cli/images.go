@@ -18,23 +18,46 @@ import (
 	"github.com/berthsh/berth/client"
 )
 
-// printImages writes images as a table, a row per tag (names by digest
-// are not tags; an image without a tag is <none>).
+// printImages writes images as a table, a row per tag and its tenant ("-"
+// for the operator's catalog; names by digest are not tags; an image
+// without a tag is <none>).
 func printImages(w io.Writer, imgs []api.Image) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tSIZE\tLAYERS\tCREATED")
+	fmt.Fprintln(tw, "NAME\tTENANT\tID\tSIZE\tLAYERS\tCREATED")
 	for _, img := range imgs {
-		var tags []string
-		for _, n := range img.Names {
-			if !strings.Contains(n, "@") {
-				tags = append(tags, n)
+		type tag struct{ name, tenant string }
+		var tags []tag
+		owner := map[string]string{}
+		for t, names := range img.TenantNames {
+			for _, n := range names {
+				owner[n] = t
 			}
 		}
+		for _, n := range img.Names {
+			if !strings.Contains(n, "@") {
+				tags = append(tags, tag{n, owner[n]})
+				delete(owner, n)
+			}
+		}
+		var rest []tag // other tenants' names (the operator's view)
+		for n, t := range owner {
+			if !strings.Contains(n, "@") {
+				rest = append(rest, tag{n, t})
+			}
+		}
+		sort.Slice(rest, func(i, j int) bool {
+			return rest[i].tenant < rest[j].tenant || rest[i].tenant == rest[j].tenant && rest[i].name < rest[j].name
+		})
+		tags = append(tags, rest...)
 		if len(tags) == 0 {
-			tags = []string{"<none>"}
+			tags = []tag{{"<none>", ""}}
 		}
 		for _, n := range tags {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", n, shortID(img.ID), humanBytes(img.Size), len(img.Layers), img.CreatedAt.Local().Format(time.DateTime))
+			t := n.tenant
+			if t == "" {
+				t = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", n.name, t, shortID(img.ID), humanBytes(img.Size), len(img.Layers), img.CreatedAt.Local().Format(time.DateTime))
 		}
 	}
 	return tw.Flush()
@@ -120,7 +143,8 @@ func imageCommand(connect connector) *cobra.Command {
 		},
 	}
 	imp.Flags().StringVar(&as, "name", "", "a name (repo:tag) for the file's one image")
-	ls := listImagesCommand(connect, "List the stored images", (*client.Client).ListImages)
+	ls := listImagesCommand(connect, "List the stored images (a tenant's own and the operator's; the operator's key: every tenant's)", (*client.Client).ListImages)
+	var tenant string
 	inspect := &cobra.Command{
 		Use:   "inspect REF",
 		Short: "Describe an image (JSON), with the sandboxes made of it",
@@ -130,7 +154,7 @@ func imageCommand(connect connector) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			img, err := c.InspectImage(cmd.Context(), args[0])
+			img, err := c.InspectImageOf(cmd.Context(), tenant, args[0])
 			if err != nil {
 				return err
 			}
@@ -147,7 +171,7 @@ func imageCommand(connect connector) *cobra.Command {
 				return err
 			}
 			for _, ref := range args {
-				res, err := c.RemoveImage(cmd.Context(), ref)
+				res, err := c.RemoveImageOf(cmd.Context(), tenant, ref)
 				if err != nil {
 					return err
 				}
@@ -161,6 +185,8 @@ func imageCommand(connect connector) *cobra.Command {
 			return nil
 		},
 	}
+	inspect.Flags().StringVar(&tenant, "tenant", "", "the operator only: a name of this tenant's")
+	rm.Flags().StringVar(&tenant, "tenant", "", "the operator only: names of this tenant's")
 	var all bool
 	prune := &cobra.Command{
 		Use:   "prune",

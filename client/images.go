@@ -117,18 +117,38 @@ func (c *Client) ListImages(ctx context.Context) ([]api.Image, error) {
 	return out.Images, err
 }
 
-// InspectImage describes a stored image by id or name.
+// InspectImage describes a stored image by id or name (the key's
+// tenant's name, else the operator's).
 func (c *Client) InspectImage(ctx context.Context, ref string) (api.Image, error) {
+	return c.InspectImageOf(ctx, "", ref)
+}
+
+// InspectImageOf is InspectImage of tenant's names: for the operator (an
+// admin key), any tenant's; "" is the key's own.
+func (c *Client) InspectImageOf(ctx context.Context, tenant, ref string) (api.Image, error) {
 	var img api.Image
-	err := c.do(ctx, http.MethodGet, imagePath(ref), nil, nil, &img)
+	err := c.do(ctx, http.MethodGet, imagePath(ref), tenantQuery(tenant), nil, &img)
 	return img, err
 }
 
 // RemoveImage removes a name, or an image and its unshared layers.
 func (c *Client) RemoveImage(ctx context.Context, ref string) (api.PruneResult, error) {
+	return c.RemoveImageOf(ctx, "", ref)
+}
+
+// RemoveImageOf is RemoveImage of tenant's names: for the operator (an
+// admin key), any tenant's; "" is the key's own.
+func (c *Client) RemoveImageOf(ctx context.Context, tenant, ref string) (api.PruneResult, error) {
 	var res api.PruneResult
-	err := c.do(ctx, http.MethodDelete, imagePath(ref), nil, nil, &res)
+	err := c.do(ctx, http.MethodDelete, imagePath(ref), tenantQuery(tenant), nil, &res)
 	return res, err
+}
+
+func tenantQuery(tenant string) url.Values {
+	if tenant == "" {
+		return nil
+	}
+	return url.Values{"tenant": {tenant}}
 }
 
 // PruneImages removes images no sandbox uses (unnamed ones, or all).

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	goruntime "runtime"
 	"slices"
 	"strings"
@@ -595,8 +596,12 @@ func TestTenantImages(t *testing.T) {
 	if status, _, raw := d.call(t, d.key, http.MethodGet, "/v1/images/"+app+"?tenant=tenant-b", nil, nil); status != http.StatusOK || !strings.Contains(raw, bID) {
 		t.Errorf("the operator inspects B's name: %d %s", status, raw)
 	}
-	if status, _, raw := d.call(t, d.key, http.MethodDelete, "/v1/images/"+app+"?tenant=tenant-b", nil, nil); status != http.StatusOK {
-		t.Errorf("the operator removes B's name: %d %s", status, raw)
+	if out, _, code := d.cli("", "image", "ls"); code != 0 || !regexp.MustCompile(regexp.QuoteMeta(app)+`\s+tenant-b\s+`+bID[7:19]).MatchString(out) ||
+		!regexp.MustCompile(regexp.QuoteMeta(catalog)+`\s+-\s+`+catalogID[7:19]).MatchString(out) {
+		t.Errorf("the operator's image ls does not show B's name as B's and the catalog's as the operator's:\n%s", out)
+	}
+	if out, errOut, code := d.cli("", "image", "rm", "--tenant", "tenant-b", app); code != 0 || !strings.Contains(out, "deleted "+bID) {
+		t.Errorf("the operator removes B's name: %d %q %q", code, out, errOut)
 	}
 	if _, err := b.InspectImage(ctx, app); !errdefs.IsNotFound(err) {
 		t.Errorf("B's name after the operator removed it: %v", err)
