@@ -697,6 +697,28 @@ func TestTenantImages(t *testing.T) {
 	if err != nil || len(res.Images) != 1 || res.Layers != 1 {
 		t.Fatalf("b removes its image by id: %+v, %v", res, err)
 	}
+	// Another tenant's sandbox made of a tenant's image (of the same
+	// content, named by it once): the tenant's removal is no conflict and
+	// names nothing of the other's; the image stays, unnamed, for it.
+	if _, err := s.Pull(ctx, "c", reg.Ref("catalog:1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Remove(ctx, "", reg.Ref("catalog:1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.CreateSandbox(ctx, store.Sandbox{ID: "sb-d", Tenant: "d", State: api.StateRunning, Image: "x", ImageID: catID, Runtime: "native", Spec: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Remove(ctx, "c", reg.Ref("catalog:1"))
+	if err != nil || len(res.Images) != 0 {
+		t.Fatalf("c removes its name of an image d's sandbox is made of: %+v, %v", res, err)
+	}
+	if _, err := s.Lookup(ctx, "c", catID); !errdefs.IsNotFound(err) {
+		t.Errorf("c still finds the image it removed: %v", err)
+	}
+	if img, err := s.Lookup(ctx, "d", catID); err != nil || len(img.Names) != 0 {
+		t.Errorf("d's sandbox's image: %+v, %v", img, err)
+	}
 }
 
 // TestBuiltImageGrant: a build's step image (stored without names) is its
