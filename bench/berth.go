@@ -38,6 +38,8 @@ type daemon struct {
 
 	mu  sync.Mutex
 	ids map[string]bool
+	// deleted are the sandboxes the bench deleted, for the leak check.
+	deleted []string
 }
 
 // startDaemon starts berth serve with a warm pool of the given size (and
@@ -128,8 +130,15 @@ func (d *daemon) remove(id string) {
 		d.log.Warn("delete", "sandbox", id, "err", err)
 		return
 	}
+	d.untrack(id)
+}
+
+// untrack forgets a sandbox the bench deleted, and notes it for the leak
+// check.
+func (d *daemon) untrack(id string) {
 	d.mu.Lock()
 	delete(d.ids, id)
+	d.deleted = append(d.deleted, id)
 	d.mu.Unlock()
 }
 

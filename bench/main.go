@@ -42,6 +42,9 @@ func main() {
 	flag.IntVar(&cfg.execRounds, "exec-rounds", 200, "interleaved rounds of exec samples")
 	flag.IntVar(&cfg.density, "density", 200, "idle sandboxes for the density measurement")
 	flag.DurationVar(&cfg.window, "window", 3*time.Second, "how long each exec throughput level runs")
+	flag.IntVar(&cfg.churnClients, "churn-clients", 32, "clients of the create/exec/delete loop")
+	flag.DurationVar(&cfg.churnWindow, "churn-window", time.Minute, "how long the create/exec/delete loop runs at most")
+	flag.IntVar(&cfg.churnMax, "churn-max", 5000, "the most creates the create/exec/delete loop makes")
 	flag.Int64Var(&cfg.bigBytes, "big", 1<<30, "size of the large transfer in bytes (0: skip it)")
 	flag.IntVar(&cfg.smallFiles, "small-files", 1000, "files in the many-small-files transfer")
 	flag.StringVar(&cfg.runsc, "runsc", defaultRunsc(), "runsc for the gvisor runtime and the runsc peer (make runsc links the pinned one at bin/runsc)")
@@ -62,7 +65,7 @@ func main() {
 	flag.Int64Var(&cfg.imageBytes, "image", 100<<20, "random bytes in the pulled image, split over its 4 data layers")
 	flag.IntVar(&cfg.e2bRounds, "e2b-rounds", 30, "rounds of create samples through E2B's SDK and the native API (the exec round trips take -exec-rounds)")
 	flag.StringVar(&cfg.e2bPython, "e2b-python", "compat/e2b/sdktest/.venv/bin/python", "the Python with E2B's SDK (make compat/e2b/sdktest/.venv/.installed); missing: the e2b rows say so")
-	only := flag.String("only", "", "run only these steps, comma-separated: starts, exec, roundtrips, throughput, bursts, files, density, network, ports, images, snapshots, e2b, gvisor (a partial run; do not give -readme)")
+	only := flag.String("only", "", "run only these steps, comma-separated: starts, exec, roundtrips, throughput, bursts, churn, files, density, network, ports, images, snapshots, e2b, gvisor (a partial run; do not give -readme)")
 	out := flag.String("out", "bench/results", "directory for latest.md and latest.json")
 	readme := flag.String("readme", "", "a file whose section between <!-- bench:start --> and <!-- bench:end --> gets the table")
 	flag.Parse()
@@ -136,6 +139,8 @@ func (c config) check() error {
 		return errors.New("-ports-rounds, -ports-requests and -ports-idle must be at least 1 (at most 100000 round trips, 10000 WebSockets)")
 	case c.window <= 0 || c.window > time.Minute:
 		return errors.New("-window must be between 0 and 1m")
+	case c.churnClients < 1 || c.churnClients > 256 || c.churnWindow <= 0 || c.churnWindow > 5*time.Minute || c.churnMax < 1 || c.churnMax > 100_000:
+		return errors.New("-churn-clients must be 1 to 256, -churn-window at most 5m, -churn-max 1 to 100000")
 	case c.bigBytes < 0 || c.bigBytes > 4<<30:
 		return errors.New("-big must be between 0 and 4 GiB")
 	case c.smallFiles < 1 || c.smallFiles > 100_000:
@@ -152,7 +157,7 @@ func (c config) check() error {
 		return errors.New("-e2b-rounds must be between 1 and 1000 (and -exec-rounds at most 100000)")
 	}
 	for _, k := range c.only {
-		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "files", "density", "network", "ports", "images", "snapshots", "e2b", "gvisor"}, k) {
+		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "churn", "files", "density", "network", "ports", "images", "snapshots", "e2b", "gvisor"}, k) {
 			return fmt.Errorf("-only: %q is not a step", k)
 		}
 	}

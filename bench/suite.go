@@ -31,6 +31,9 @@ type config struct {
 	bursts        []int         // sizes of concurrent-create bursts
 	clients       []int         // concurrent clients for exec throughput
 	window        time.Duration // how long each throughput level runs
+	churnClients  int           // clients of the create/exec/delete loop
+	churnWindow   time.Duration // how long the loop runs at most
+	churnMax      int           // the most creates the loop makes
 	bigBytes      int64         // the large transfer (0: none)
 	smallFiles    int           // files in the many-small-files transfer
 	peers         bool          // measure the peers too
@@ -112,6 +115,7 @@ func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error
 		{"roundtrips", "round trips, back to back", func(ctx context.Context, _ []subject) error { return s.roundTrips(ctx) }},
 		{"throughput", "exec throughput", func(ctx context.Context, _ []subject) error { return s.throughput(ctx) }},
 		{"bursts", "bursts of concurrent creates", func(ctx context.Context, _ []subject) error { return s.burstsOf(ctx) }},
+		{"churn", "clients in a create/exec/delete loop", func(ctx context.Context, _ []subject) error { return s.churn(ctx) }},
 		{"files", "file transfers", func(ctx context.Context, _ []subject) error { return s.files(ctx) }},
 		{"density", "density", func(ctx context.Context, _ []subject) error { return s.densityOf(ctx) }},
 		{"network", "network", func(ctx context.Context, _ []subject) error {
