@@ -384,3 +384,61 @@ func checkKVM(_ context.Context, o *Options) (Status, string, string) {
 	}
 	return OK, fmt.Sprintf("/dev/kvm works (KVM API version %d): --runsc-platform kvm is possible", v), ""
 }
+
+// checkCgroupMoves says how a guest gets into its cgroups. On cgroup v2
+// the runtime creates it there (CLONE_INTO_CGROUP). On v1 it is moved in,
+// and each move waits for an RCU grace period on the kernel's global
+// threadgroup lock unless a cgroup root is mounted with favordynmods
+// (Linux 6.0+), which trades that wait for a little more cost on every
+// fork and exit of the host. Measured on this project's 2-core VM (Linux
+// 6.18, hybrid layout): one move after 50 ms idle, 8.6 ms p50 without,
+// 0.24 ms with.
+func checkCgroupMoves(_ context.Context, _ *Options) (Status, string, string) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(cgroupMount, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		return OK, "cgroup v2: guests are created inside their cgroup (CLONE_INTO_CGROUP), no move to wait for", ""
+	}
+	opts, err := cgroup2Options()
+	if err != nil {
+		return Warn, "read /proc/self/mountinfo: " + err.Error(), "mount /proc"
+	}
+	for mnt, o := range opts {
+		if slices.Contains(strings.Split(o, ","), "favordynmods") {
+			return OK, "cgroup v1: guests are moved into their cgroups; " + mnt + " is mounted with favordynmods, so a move does not wait for an RCU grace period", ""
+		}
+	}
+	detail := "cgroup v1: each guest is moved into its cgroups, and each move waits for an RCU grace period (8.6 ms p50 measured on a 2-core VM; " +
+		"0.24 ms with favordynmods): a create without a warm pool pays it"
+	if len(opts) == 0 {
+		return Warn, detail, "mkdir -p /sys/fs/cgroup/unified && mount -t cgroup2 -o favordynmods none /sys/fs/cgroup/unified " +
+			"(Linux 6.0+; every fork and exit on the host costs a little more)"
+	}
+	var mnt string
+	for m := range opts {
+		mnt = m
+		break
+	}
+	return Warn, detail, "mount -o remount,favordynmods " + mnt + " (Linux 6.0+; every fork and exit on the host costs a little more; " +
+		"on Linux 6.18 turning it off again left moves fast until a reboot)"
+}
+
+// cgroup2Options returns each cgroup2 mount's super-block options.
+func cgroup2Options() (map[string]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := slices.Index(fields, "-")
+		if sep < 5 || len(fields) < sep+4 || fields[sep+1] != "cgroup2" {
+			continue
+		}
+		out[fields[4]] = fields[sep+3]
+	}
+	return out, sc.Err()
+}

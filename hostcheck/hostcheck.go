@@ -85,6 +85,7 @@ func checks() []check {
 		{"static_binary", true, checkStatic},
 		{"state_dir", true, checkStateDir},
 		{"cgroups", true, checkCgroups},
+		{"cgroup_moves", false, checkCgroupMoves},
 		{"user_namespaces", true, checkUserNS},
 		{"overlayfs", true, checkOverlay},
 		{"seccomp", true, checkSeccomp},
