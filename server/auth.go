@@ -121,47 +121,75 @@ func (s *Server) authorize(need access, r *http.Request, req *request) error {
 
 // takeKey finds a request's API key: Authorization: Bearer, E2B's
 // X-Api-Key, or, on a WebSocket handshake (browsers cannot set headers
-// there), an offered subprotocol berth.key.<key>. It removes what it took,
-// so that the key never travels on (to a sandbox's port above all). For a
-// route that checks its own access (lenient), only values that look like
-// berth keys are taken: an Authorization or X-Api-Key meant for the
-// server in the sandbox passes through untouched.
+// there), an offered subprotocol berth.key.<key>; the first of those
+// places that has one gives it. It removes what it took, and every other
+// key the request carries in any of those places (a client that sends its
+// key twice, as a second value of a header, or with odd spacing), so that
+// no key ever travels on (to a sandbox's port above all). For a route
+// that checks its own access (lenient), only values that look like berth
+// keys are taken: an Authorization or X-Api-Key meant for the server in
+// the sandbox passes through untouched.
 func takeKey(r *http.Request, lenient bool) (string, bool) {
-	if v := r.Header.Get("Authorization"); v != "" {
-		scheme, key, _ := strings.Cut(v, " ")
-		if strings.EqualFold(scheme, "Bearer") && (!lenient || strings.HasPrefix(key, auth.Prefix)) {
-			r.Header.Del("Authorization")
-			return strings.TrimSpace(key), true
+	var key string
+	found := false
+	take := func(k string) {
+		if !found {
+			key, found = k, true
 		}
 	}
-	if v := r.Header.Get(api.HeaderAPIKey); v != "" && (!lenient || strings.HasPrefix(v, auth.Prefix)) {
-		r.Header.Del(api.HeaderAPIKey)
-		return strings.TrimSpace(v), true
+	ours := func(k string) bool { return !lenient || strings.HasPrefix(k, auth.Prefix) }
+	h := r.Header
+	var keep []string
+	for _, v := range h.Values("Authorization") {
+		scheme, k, _ := strings.Cut(strings.TrimSpace(v), " ")
+		if k = strings.TrimSpace(k); strings.EqualFold(scheme, "Bearer") && ours(k) {
+			take(k)
+			continue
+		}
+		keep = append(keep, v)
 	}
-	if upgrade(r) {
-		var key string
-		var rest []string
-		for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
-			for _, p := range strings.Split(v, ",") {
-				p = strings.TrimSpace(p)
-				if k, ok := strings.CutPrefix(p, api.WebSocketKeyPrefix); ok && key == "" {
-					key = k
-					continue
+	setValues(h, "Authorization", keep)
+	keep = nil
+	for _, v := range h.Values(api.HeaderAPIKey) {
+		if k := strings.TrimSpace(v); k != "" && ours(k) {
+			take(k)
+			continue
+		}
+		keep = append(keep, v)
+	}
+	setValues(h, api.HeaderAPIKey, keep)
+	keep = nil
+	offered := h.Values("Sec-WebSocket-Protocol")
+	for _, v := range offered {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			if k, ok := strings.CutPrefix(p, api.WebSocketKeyPrefix); ok {
+				if upgrade(r) && k != "" {
+					take(k)
 				}
-				if p != "" {
-					rest = append(rest, p)
-				}
+				continue
+			}
+			if p != "" {
+				keep = append(keep, p)
 			}
 		}
-		if key != "" {
-			r.Header.Del("Sec-WebSocket-Protocol")
-			if len(rest) > 0 {
-				r.Header.Set("Sec-WebSocket-Protocol", strings.Join(rest, ", "))
-			}
-			return key, true
+	}
+	if len(offered) > 0 {
+		h.Del("Sec-WebSocket-Protocol")
+		if len(keep) > 0 {
+			h.Set("Sec-WebSocket-Protocol", strings.Join(keep, ", "))
 		}
 	}
-	return "", false
+	return key, found
+}
+
+// setValues makes vals the values of header name (none: the header goes).
+func setValues(h http.Header, name string, vals []string) {
+	if len(vals) == 0 {
+		h.Del(name)
+		return
+	}
+	h[http.CanonicalHeaderKey(name)] = vals
 }
 
 // upgrade says whether r asks to switch protocols (a WebSocket, a tunnel).
