@@ -131,8 +131,10 @@ func (k *Keyring) List() []api.APIKey {
 	return out
 }
 
-// Get returns one key: not_found if there is no such id.
+// Get returns one key: not_found if there is no such id. A whole key
+// names its id.
 func (k *Keyring) Get(id string) (api.APIKey, error) {
+	id = idOf(id)
 	k.mu.RLock()
 	rec, ok := k.keys[id]
 	k.mu.RUnlock()
@@ -143,8 +145,10 @@ func (k *Keyring) Get(id string) (api.APIKey, error) {
 }
 
 // Revoke stops a key from working at once: not_found if there is no such
-// id. It stays listed, with the time it was revoked.
+// id (a whole key names its id). It stays listed, with the time it was
+// revoked.
 func (k *Keyring) Revoke(ctx context.Context, id string) (api.APIKey, error) {
+	id = idOf(id)
 	if _, err := k.Get(id); err != nil {
 		return api.APIKey{}, err
 	}

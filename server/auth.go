@@ -207,9 +207,9 @@ func (s *Server) audit(need access, route Route, r *http.Request, req *request) 
 		return
 	}
 	rec := api.AuditRecord{At: time.Now().UTC(), Tenant: req.principal.Tenant, KeyID: req.principal.KeyID,
-		Method: r.Method, Route: route.Pattern, Path: r.URL.Path, SandboxID: req.sandbox, RequestID: req.id}
+		Method: r.Method, Route: route.Pattern, Path: auth.Redact(r.URL.Path), SandboxID: req.sandbox, RequestID: req.id}
 	if rec.SandboxID == "" {
-		rec.SandboxID = r.PathValue("id")
+		rec.SandboxID = auth.Redact(r.PathValue("id"))
 	}
 	if req.sw != nil {
 		rec.Status = req.sw.status

@@ -92,7 +92,9 @@ func accessLog(log *slog.Logger, next http.Handler) http.Handler {
 		if req.err != nil && errdefs.ClassOf(req.err) == errdefs.Internal {
 			level = slog.LevelError
 		}
-		args := []any{"method", r.Method, "path", r.URL.Path, "status", sw.status, "dur", time.Since(start), "id", req.id}
+		// A key pasted into a path (or an error that names the path's
+		// id) keeps its secret out of the log.
+		args := []any{"method", r.Method, "path", auth.Redact(r.URL.Path), "status", sw.status, "dur", time.Since(start), "id", req.id}
 		if req.principal.Tenant != "" {
 			args = append(args, "tenant", req.principal.Tenant)
 		}
@@ -100,7 +102,7 @@ func accessLog(log *slog.Logger, next http.Handler) http.Handler {
 			args = append(args, "key", req.principal.KeyID)
 		}
 		if req.err != nil {
-			args = append(args, "err", req.err)
+			args = append(args, "err", auth.Redact(req.err.Error()))
 		}
 		log.Log(r.Context(), level, "http", args...)
 	})
@@ -121,7 +123,7 @@ func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 			}
 			req := info(r)
 			req.err = fmt.Errorf("panic: %v", v)
-			log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "id", req.id, "panic", v, "stack", string(debug.Stack()))
+			log.Error("handler panicked", "method", r.Method, "path", auth.Redact(r.URL.Path), "id", req.id, "panic", v, "stack", string(debug.Stack()))
 			if req.sw == nil || req.sw.status == 0 {
 				writeError(w, req.err)
 			}

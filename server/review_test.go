@@ -13,6 +13,7 @@ import (
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/audit"
 	"github.com/berthsh/berth/auth"
+	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/server"
 	"github.com/berthsh/berth/store"
 )
@@ -123,5 +124,49 @@ func TestKeyIsNeverRelayed(t *testing.T) {
 		"Sec-Websocket-Protocol": {"chat"}, "Connection": {"Upgrade"}, "Upgrade": {"websocket"}})
 	if status != http.StatusOK || !strings.Contains(body, "the-servers-own") || !strings.Contains(body, `"chat"`) {
 		t.Fatalf("the server's own headers: %d %s", status, body)
+	}
+}
+
+// missingSandboxes answers an exec as the manager does for a sandbox that
+// does not exist: the error names the id it was given.
+type missingSandboxes struct{}
+
+func (missingSandboxes) Name() string { return "api" }
+func (missingSandboxes) Routes(r *server.Router) {
+	r.Handle("POST /v1/sandboxes/{id}/exec", func(w http.ResponseWriter, r *http.Request) error {
+		return errdefs.New(errdefs.NotFound, "sandbox %q not found", r.PathValue("id"))
+	})
+}
+
+// TestKeyInAPathStaysSecret: a key pasted where an id belongs (berth key
+// revoke <the key>, a sandbox id) is not written to the access log or the
+// audit table; the keys routes take a whole key as its id.
+func TestKeyInAPathStaysSecret(t *testing.T) {
+	e := newKeyedEdge(t, missingSandboxes{})
+	admin := http.Header{"Authorization": {"Bearer " + e.admin.Key}}
+	if status, body := e.do(t, http.MethodGet, "/v1/keys/"+e.write.Key, admin); status != http.StatusOK || !strings.Contains(body, e.write.ID) || strings.Contains(body, secretOf(e.write)) {
+		t.Errorf("get by the whole key: %d %s", status, body)
+	}
+	if status, body := e.do(t, http.MethodDelete, "/v1/keys/"+e.write.Key, admin); status != http.StatusOK || !strings.Contains(body, `"revoked_at"`) {
+		t.Errorf("revoke by the whole key: %d %s", status, body)
+	}
+	if _, err := e.keys.Authenticate(e.write.Key); err == nil {
+		t.Errorf("the key revoked by its whole self still works")
+	}
+	e.do(t, http.MethodPost, "/v1/sandboxes/"+e.write.Key+"/exec", admin)
+	e.do(t, http.MethodPost, "/v1/"+e.write.Key, admin)
+	recs, err := e.audit.List(t.Context(), "", true, "", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, _ := json.Marshal(recs)
+	if len(recs) != 2 {
+		t.Fatalf("the calls are not audited: %s", listed)
+	}
+	if strings.Contains(string(listed), secretOf(e.write)) {
+		t.Errorf("a secret is in the audit table: %s", listed)
+	}
+	if logs := e.log.String(); strings.Contains(logs, secretOf(e.write)) {
+		t.Errorf("a secret is in the log:\n%s", logs)
 	}
 }
