@@ -20,9 +20,13 @@ import (
 type Store interface {
 	AppendAudit(ctx context.Context, recs []store.AuditRecord, keep int64) error
 	ListAudit(ctx context.Context, q store.AuditQuery) ([]store.AuditRecord, error)
+	AuditCounts(ctx context.Context) (map[string]int64, error)
+	TrimAudit(ctx context.Context, tenant string, keep int64) error
 }
 
-// DefaultKeep is how many records the table keeps by default.
+// DefaultKeep is how many records of each tenant (the operator's calls
+// being one more) the table keeps by default. The bound is per tenant, so
+// that one tenant's calls cannot push another's out of the table.
 const DefaultKeep = 100_000
 
 // queueLen bounds the calls waiting to be written; beyond it, calls are
@@ -44,6 +48,9 @@ type Log struct {
 	keep int64
 	q    chan item
 	done chan struct{}
+	// counts are the table's records by tenant (the writer's alone),
+	// read from the store before the first write.
+	counts map[string]int64
 
 	mu      sync.Mutex
 	closed  bool
@@ -62,6 +69,29 @@ func New(st Store, log *slog.Logger, keep int64) *Log {
 
 // Audit logs one call and queues it for the table; it never blocks.
 func (l *Log) Audit(rec api.AuditRecord) {
+	l.line(rec)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	select {
+	case l.q <- item{rec: rec}:
+	default:
+		l.dropped++
+		if l.dropped&(l.dropped-1) == 0 { // 1, 2, 4, 8, …: said, not flooded
+			l.log.Warn("audit: the table's queue is full; calls are in the log only", "dropped", l.dropped)
+		}
+	}
+}
+
+// AuditRefused logs a call the edge refused for want of a valid key: a
+// line in the log, not a row in the table, which anyone who can reach the
+// daemon could otherwise fill with refusals.
+func (l *Log) AuditRefused(rec api.AuditRecord) { l.line(rec) }
+
+// line is a call's line in the log.
+func (l *Log) line(rec api.AuditRecord) {
 	args := []any{"method", rec.Method, "route", rec.Route, "status", rec.Status, "request_id", rec.RequestID}
 	if rec.Tenant != "" {
 		args = append(args, "tenant", rec.Tenant)
@@ -76,19 +106,6 @@ func (l *Log) Audit(rec api.AuditRecord) {
 		args = append(args, "error", rec.Error)
 	}
 	l.log.Info("audit", args...)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return
-	}
-	select {
-	case l.q <- item{rec: rec}:
-	default:
-		l.dropped++
-		if l.dropped&(l.dropped-1) == 0 { // 1, 2, 4, 8, …: said, not flooded
-			l.log.Warn("audit: the table's queue is full; calls are in the log only", "dropped", l.dropped)
-		}
-	}
 }
 
 // Close writes what is queued and stops the writer.
@@ -124,14 +141,44 @@ func (l *Log) write() {
 		}
 		if len(batch) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if err := l.st.AppendAudit(ctx, batch, l.keep); err != nil {
+			if err := l.st.AppendAudit(ctx, batch, 0); err != nil {
 				l.log.Error("audit: write the table", "records", len(batch), "err", err)
+			} else {
+				l.trim(ctx, batch)
 			}
 			cancel()
 		}
 		for _, m := range markers {
 			close(m)
 		}
+	}
+}
+
+// trim keeps each tenant of batch to its newest keep records, once it has
+// some more than that (so that trims are few): its own, no other's.
+func (l *Log) trim(ctx context.Context, batch []store.AuditRecord) {
+	if l.counts == nil {
+		c, err := l.st.AuditCounts(ctx)
+		if err != nil {
+			l.log.Error("audit: count the table", "err", err)
+			return
+		}
+		l.counts = c
+	} else {
+		for _, r := range batch {
+			l.counts[r.Tenant]++
+		}
+	}
+	slack := min(l.keep, 1024)
+	for _, r := range batch {
+		if l.counts[r.Tenant] <= l.keep+slack {
+			continue
+		}
+		if err := l.st.TrimAudit(ctx, r.Tenant, l.keep); err != nil {
+			l.log.Error("audit: trim the table", "tenant", r.Tenant, "err", err)
+			continue
+		}
+		l.counts[r.Tenant] = l.keep
 	}
 }
 

@@ -49,6 +49,15 @@ type Auditor interface {
 	Audit(api.AuditRecord)
 }
 
+// RefusalAuditor is an Auditor that keeps the calls refused for want of a
+// valid key (no key, a bad one) apart: anyone who can reach the daemon
+// can make those, and they must not push the tenants' calls out of a
+// bounded table (audit.Log writes them to its log only).
+type RefusalAuditor interface {
+	Auditor
+	AuditRefused(api.AuditRecord)
+}
+
 // principalOf is the principal before any route runs: the unix socket's
 // root, an unauthenticated daemon's operator, else anonymous until the
 // route's guard reads a key.
@@ -220,6 +229,10 @@ func (s *Server) audit(need access, route Route, r *http.Request, req *request) 
 		if rec.Status == 0 {
 			rec.Status = errdefs.HTTPStatus(c)
 		}
+	}
+	if ra, ok := s.auditor.(RefusalAuditor); ok && req.principal.Kind == auth.Anonymous {
+		ra.AuditRefused(rec)
+		return
 	}
 	s.auditor.Audit(rec)
 }

@@ -170,3 +170,28 @@ func TestKeyInAPathStaysSecret(t *testing.T) {
 		t.Errorf("a secret is in the log:\n%s", logs)
 	}
 }
+
+// TestRefusalsDoNotFillTheAuditTable: calls refused for want of a valid
+// key (which anyone who reaches the daemon can make) are audit lines in
+// the log, not rows of the bounded table that would push the tenants'
+// calls out of it.
+func TestRefusalsDoNotFillTheAuditTable(t *testing.T) {
+	e := newKeyedEdge(t, missingSandboxes{})
+	admin := http.Header{"Authorization": {"Bearer " + e.admin.Key}}
+	e.do(t, http.MethodPost, "/v1/sandboxes/sb-mine/exec", admin)
+	for _, hdr := range []http.Header{nil, {"Authorization": {"Bearer berth_000000000000_" + strings.Repeat("0", 64)}}, {"X-Api-Key": {"junk"}}} {
+		if status, body := e.do(t, http.MethodPost, "/v1/sandboxes/sb-x/exec", hdr); status != http.StatusUnauthorized {
+			t.Fatalf("a call without a valid key: %d %s", status, body)
+		}
+	}
+	recs, err := e.audit.List(t.Context(), "", true, "", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].SandboxID != "sb-mine" {
+		t.Fatalf("the table holds refusals: %+v", recs)
+	}
+	if n := strings.Count(e.log.String(), "msg=audit"); n != 4 {
+		t.Fatalf("%d audit lines in the log, want 4:\n%s", n, e.log.String())
+	}
+}

@@ -97,3 +97,33 @@ func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, err
 	}
 	return out, rows.Err()
 }
+
+// AuditCounts returns how many records the table holds of each tenant.
+func (s *Store) AuditCounts(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT tenant, COUNT(*) FROM audit GROUP BY tenant`)
+	if err != nil {
+		return nil, fmt.Errorf("count audit: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var tenant string
+		var n int64
+		if err := rows.Scan(&tenant, &n); err != nil {
+			return nil, fmt.Errorf("count audit: %w", err)
+		}
+		out[tenant] = n
+	}
+	return out, rows.Err()
+}
+
+// TrimAudit drops a tenant's oldest records beyond its newest keep, and
+// no other tenant's: one tenant's calls cannot push another's out.
+func (s *Store) TrimAudit(ctx context.Context, tenant string, keep int64) error {
+	_, err := s.w.ExecContext(ctx, `DELETE FROM audit WHERE tenant = ? AND seq <= (
+		SELECT seq FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)`, tenant, tenant, keep)
+	if err != nil {
+		return fmt.Errorf("trim audit of %q: %w", tenant, err)
+	}
+	return nil
+}
