@@ -155,3 +155,11 @@ $(DASH_VENDOR)/.installed: $(DASH_WEB)/package-lock.json
 .PHONY: test-dashboard
 test-dashboard: build test-deps
 	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 10m -run Dashboard ./dashboard/ ./e2e/
+
+# The security review's attacks on keys, tenants and the audit log alone
+# (make test-go runs the same tests): the edge's and the keyring's over a
+# real store, and e2e/security_review_test.go against a real daemon.
+.PHONY: test-security-review
+test-security-review: build test-deps
+	$(GO) test -count=1 -run 'TestKeyIsNeverRelayed|TestKeyInAPathStaysSecret|TestRefusalsDoNotFillTheAuditTable|TestRedact|TestOneTenantCannotPushOutAnother' ./server/ ./auth/ ./audit/
+	BERTH_BINARY=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 10m -run 'TestReview' ./e2e/
