@@ -69,6 +69,10 @@ func (k *Keyring) Authenticate(key string) (Principal, error) {
 	return Principal{Kind: Key, Tenant: rec.Tenant, KeyID: id, Scope: rec.Scope}, nil
 }
 
+// lastExpiry bounds a key's expiry: the store keeps Unix nanoseconds,
+// which end in 2262; a later time would be stored as one in the past.
+var lastExpiry = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // maxName bounds a key's name.
 const maxName = 200
 
@@ -98,6 +102,10 @@ func (k *Keyring) Create(ctx context.Context, req api.CreateAPIKeyRequest) (api.
 	if req.ExpiresAt != nil {
 		if !req.ExpiresAt.After(now) {
 			return api.APIKey{}, errdefs.New(errdefs.InvalidArgument, "expires_at: %s is not in the future", req.ExpiresAt.Format(time.RFC3339))
+		}
+		if !req.ExpiresAt.Before(lastExpiry) {
+			return api.APIKey{}, errdefs.New(errdefs.InvalidArgument, "expires_at: %s is too far: give a time before %s, or none (until revoked)",
+				req.ExpiresAt.Format(time.RFC3339), lastExpiry.Format(time.RFC3339))
 		}
 		rec.ExpiresAt = req.ExpiresAt.UTC()
 	}
