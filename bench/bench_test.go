@@ -153,7 +153,7 @@ func TestReplaceBetween(t *testing.T) {
 func TestConfigCheck(t *testing.T) {
 	good := config{berth: os.Args[0], rounds: 1, execRounds: 1, density: 1, window: time.Second, smallFiles: 1,
 		netRounds: 1, netRequests: 1, netDensity: 1, portsRounds: 1, portsRequests: 1, portsIdle: 1, pullRounds: 1, imageBytes: 1 << 20,
-		snapRounds: 1, snapFiles: 10, snapBytes: 1 << 20, diffFiles: 1, e2bRounds: 1}
+		snapRounds: 1, snapFiles: 10, snapBytes: 1 << 20, diffFiles: 1, e2bRounds: 1, churnClients: 1, churnWindow: time.Second, churnMax: 1}
 	if err := good.check(); err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +171,7 @@ func TestConfigCheck(t *testing.T) {
 		"image":    func(c *config) { c.imageBytes = 2 << 30 },
 		"snaps":    func(c *config) { c.snapFiles = 1 },
 		"e2b":      func(c *config) { c.e2bRounds = 0 },
+		"churn":    func(c *config) { c.churnWindow = time.Hour },
 	} {
 		c := good
 		mut(&c)
