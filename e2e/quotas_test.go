@@ -102,6 +102,17 @@ func TestQuotasAtTheirEdge(t *testing.T) {
 		!strings.Contains(err.Error(), "memory_bytes is 512 MiB") {
 		t.Fatalf("memory past the quota: %v", err)
 	}
+	// Raising a running sandbox's limits counts too.
+	if _, err := a.UpdateSandbox(ctx, third.ID, api.UpdateSandboxRequest{Limits: &api.Limits{MemoryBytes: 512 << 20}}); !errdefs.IsResourceExhausted(err) ||
+		!strings.Contains(err.Error(), "memory_bytes is 512 MiB") {
+		t.Fatalf("limits raised past the quota: %v", err)
+	}
+	if _, err := a.UpdateSandbox(ctx, third.ID, api.UpdateSandboxRequest{Limits: &api.Limits{MemoryBytes: 128 << 20}}); err != nil {
+		t.Fatalf("limits lowered under the quota: %v", err)
+	}
+	if _, err := a.UpdateSandbox(ctx, third.ID, api.UpdateSandboxRequest{Limits: &api.Limits{MemoryBytes: 256 << 20}}); err != nil {
+		t.Fatalf("limits raised back to the quota's edge: %v", err)
+	}
 	// A quota below the current use: what runs keeps running, creates wait.
 	if _, err := d.client.SetQuota(ctx, "tenant-a", api.Quota{Sandboxes: 1}); err != nil {
 		t.Fatal(err)

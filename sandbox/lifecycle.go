@@ -392,6 +392,13 @@ func (m *Manager) setLimits(ctx context.Context, rec store.Sandbox, l api.Limits
 	if err := validateLimits(spec.Limits, t.caps); err != nil {
 		return err
 	}
+	// Held until the new limits are stored, so that no create is admitted
+	// against the old ones meanwhile.
+	release, err := m.admitLimits(ctx, rec, spec.Limits)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := upd.SetLimits(ctx, rec.ID, runtime.Limits(spec.Limits)); err != nil {
 		return err
 	}

@@ -196,6 +196,49 @@ func (m *Manager) admit(ctx context.Context, tenant string, spec api.CreateSandb
 	}, nil
 }
 
+// admitLimits checks that a running sandbox's new limits keep its tenant
+// within its quota (its old ones count as held) and returns with the
+// admission lock held, for the caller to release once they are stored.
+func (m *Manager) admitLimits(ctx context.Context, rec store.Sandbox, to api.Limits) (release func(), err error) {
+	m.ten.mu.Lock()
+	q, ok := m.ten.quotas[rec.Tenant]
+	m.ten.mu.Unlock()
+	if rec.Tenant == "" || !ok {
+		return func() {}, nil
+	}
+	from, err := recordSpec(rec)
+	if err != nil {
+		return nil, err
+	}
+	m.admitMu.Lock()
+	unlock := sync.OnceFunc(m.admitMu.Unlock)
+	h, err := m.held(ctx, rec.Tenant)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	m.ten.mu.Lock()
+	p := m.ten.pending[rec.Tenant]
+	m.ten.mu.Unlock()
+	cpus := h.cpus + p.cpus - from.Limits.CPUs + to.CPUs
+	memory := h.memory + p.memory - from.Limits.MemoryBytes + to.MemoryBytes
+	disk := h.disk + p.disk - from.Limits.DiskBytes + to.DiskBytes
+	var why error
+	switch {
+	case q.CPUs > 0 && to.CPUs > from.Limits.CPUs && cpus > q.CPUs+1e-9:
+		why = errdefs.New(errdefs.ResourceExhausted, "quota of tenant %q: cpus is %g, and %g would be in use with these limits", rec.Tenant, q.CPUs, cpus)
+	case q.MemoryBytes > 0 && to.MemoryBytes > from.Limits.MemoryBytes && memory > q.MemoryBytes:
+		why = errdefs.New(errdefs.ResourceExhausted, "quota of tenant %q: memory_bytes is %s, and %s would be in use with these limits", rec.Tenant, bytesText(q.MemoryBytes), bytesText(memory))
+	case q.DiskBytes > 0 && to.DiskBytes > from.Limits.DiskBytes && disk > q.DiskBytes:
+		why = errdefs.New(errdefs.ResourceExhausted, "quota of tenant %q: disk_bytes is %s, and %s would be in use with these limits", rec.Tenant, bytesText(q.DiskBytes), bytesText(disk))
+	}
+	if why != nil {
+		unlock()
+		return nil, why
+	}
+	return unlock, nil
+}
+
 func plus(a, b holding, sign int) holding {
 	return holding{sandboxes: a.sandboxes + sign*b.sandboxes, cpus: a.cpus + float64(sign)*b.cpus,
 		memory: a.memory + int64(sign)*b.memory, disk: a.disk + int64(sign)*b.disk}
