@@ -40,7 +40,7 @@ func AddCommands(root *cobra.Command) {
 	}
 	url := root.PersistentFlags().String("url", def, "berth daemon URL: http://host:port or unix:///path (env BERTH_URL); the API key is $BERTH_API_KEY, else the file $BERTH_API_KEY_FILE or "+DefaultKeyFile+" when readable")
 	connect := func() (*client.Client, error) {
-		return client.New(*url, client.WithAPIKey(apiKey()))
+		return client.New(*url, client.WithAPIKey(apiKey(*url)))
 	}
 	root.AddCommand(
 		createCommand(connect), execCommand(connect), runCommand(connect), lsCommand(connect),

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -673,5 +675,31 @@ func TestNetworkFlags(t *testing.T) {
 		if _, err := f.value(); err == nil || !strings.Contains(err.Error(), "--secret") {
 			t.Errorf("--secret %q: %v", bad, err)
 		}
+	}
+}
+
+// The host's admin key file goes only to a daemon on this host.
+func TestKeyFileOnlyForALocalDaemon(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "admin.key")
+	os.WriteFile(file, []byte("berth_key\n"), 0o600)
+	t.Setenv("BERTH_API_KEY", "")
+	t.Setenv("BERTH_API_KEY_FILE", "")
+	for url, local := range map[string]bool{"": true, "http://127.0.0.1:7680": true, "http://localhost:1": true, "http://[::1]:7680": true,
+		"unix:///var/lib/berth/berth.sock": true, "127.0.0.1:7680": true, "http://berth.example.com:7680": false, "http://10.0.0.5:7680": false} {
+		if got := localDaemon(url); got != local {
+			t.Errorf("localDaemon(%q) = %v", url, got)
+		}
+	}
+	if k := apiKey("http://berth.example.com"); k != "" {
+		t.Errorf("a remote daemon got a key without being given one: %q", k)
+	}
+	t.Setenv("BERTH_API_KEY_FILE", file)
+	if k := apiKey("http://berth.example.com"); k != "berth_key" {
+		t.Errorf("BERTH_API_KEY_FILE named for a remote daemon: %q", k)
+	}
+	t.Setenv("BERTH_API_KEY", "from-env")
+	if k := apiKey("http://127.0.0.1:1"); k != "from-env" {
+		t.Errorf("BERTH_API_KEY: %q", k)
 	}
 }

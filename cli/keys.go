@@ -3,6 +3,8 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -20,13 +22,18 @@ import (
 // file is readable (root's, on the daemon's host).
 const DefaultKeyFile = "/var/lib/berth/admin.key"
 
-// apiKey is the key the CLI sends: $BERTH_API_KEY, else the contents of
-// $BERTH_API_KEY_FILE or DefaultKeyFile when readable, else none.
-func apiKey() string {
+// apiKey is the key the CLI sends to the daemon at rawURL: $BERTH_API_KEY,
+// else the contents of $BERTH_API_KEY_FILE, else, for a daemon on this
+// host's loopback, DefaultKeyFile when readable (this host's admin key
+// never goes to another host unasked), else none.
+func apiKey(rawURL string) string {
 	if k := os.Getenv("BERTH_API_KEY"); k != "" {
 		return k
 	}
 	path := os.Getenv("BERTH_API_KEY_FILE")
+	if path == "" && !localDaemon(rawURL) {
+		return ""
+	}
 	if path == "" {
 		path = DefaultKeyFile
 	}
@@ -35,6 +42,30 @@ func apiKey() string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// localDaemon says whether rawURL is a daemon on this host's loopback (or
+// its unix socket).
+func localDaemon(rawURL string) bool {
+	if rawURL == "" {
+		return true
+	}
+	if !strings.Contains(rawURL, "://") {
+		rawURL = "http://" + rawURL
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return false
+	}
+	if u.Scheme == "unix" {
+		return true
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // parseExpiry reads --expires: a duration with d for days (30d, 12h, 90m).
