@@ -268,7 +268,9 @@ func TestTemplateBuildSurvivesKill(t *testing.T) {
 func TestTenantTemplates(t *testing.T) {
 	reg := testregistry.Start(t)
 	reg.Push(t, "tiny:1", tinyImage(t))
-	d := startDaemon(t, "")
+	// The operator names the registry: a tenant's pull reaches a loopback
+	// registry only then (image/tenantnet.go).
+	d := startDaemon(t, "", "--insecure-registry", reg.Host)
 	ctx := t.Context()
 	keyA, keyB, _ := tenantsOf(t, d)
 	a, b := d.clientWith(t, keyA.Key), d.clientWith(t, keyB.Key)

@@ -34,6 +34,9 @@ type Store struct {
 	keychain  authn.Keychain
 	limits    Limits
 	transport http.RoundTripper
+	// tenantTr is the transport of tenants' pulls (tenantNet).
+	tenantTr   http.RoundTripper
+	tenantOnce sync.Once
 
 	pulls flights // one pull per reference, one download per layer
 	// gc is held shared by pulls and resolves, exclusively by removes and

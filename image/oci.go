@@ -284,23 +284,38 @@ func (s *Store) Pull(ctx context.Context, tenant, ref string, progress Progress)
 	return img, nil
 }
 
-func (s *Store) remoteOptions(ctx context.Context) []remote.Option {
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(s.keychain),
-		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: goarch()})}
-	if s.transport != nil {
-		opts = append(opts, remote.WithTransport(s.transport))
+// remoteOptions are a pull's options: the operator's with the daemon's
+// credentials and any address; a tenant's anonymous and to public
+// addresses or the operator's registries (tenantTransport).
+func (s *Store) remoteOptions(ctx context.Context, tenant string) []remote.Option {
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: goarch()})}
+	switch {
+	case s.transport != nil: // a test's
+		opts = append(opts, remote.WithTransport(s.transport), remote.WithAuthFromKeychain(s.keychain))
+	case tenant != "":
+		opts = append(opts, remote.WithTransport(s.tenantNet()), remote.WithAuth(authn.Anonymous))
+	default:
+		opts = append(opts, remote.WithAuthFromKeychain(s.keychain))
 	}
 	return opts
 }
 
+// tenantNet is the transport of tenants' pulls, made once.
+func (s *Store) tenantNet() http.RoundTripper {
+	s.tenantOnce.Do(func() {
+		s.tenantTr = tenantTransport(remote.DefaultTransport.(*http.Transport), s.insecure)
+	})
+	return s.tenantTr
+}
+
 func (s *Store) pull(ctx context.Context, tenant, ref string, r name.Reference, progress Progress) (api.Image, error) {
-	desc, err := remote.Get(r, s.remoteOptions(ctx)...)
+	desc, err := remote.Get(r, s.remoteOptions(ctx, tenant)...)
 	if err != nil {
-		return api.Image{}, registryError(ref, err)
+		return api.Image{}, registryError(ref, tenant, err)
 	}
 	img, err := desc.Image() // an index resolves to this host's platform
 	if err != nil {
-		return api.Image{}, registryError(ref, err)
+		return api.Image{}, registryError(ref, tenant, err)
 	}
 	names := []string{r.Name()}
 	if _, ok := r.(name.Digest); !ok {
@@ -310,9 +325,22 @@ func (s *Store) pull(ctx context.Context, tenant, ref string, r name.Reference, 
 }
 
 // registryError classifies what a registry (or the way to it) answered.
-func registryError(ref string, err error) error {
+// A tenant's error carries the status and the registry's error codes, not
+// the body of the answer: a tenant does not read what the daemon fetched.
+func registryError(ref, tenant string, err error) error {
+	if pe := errdefs.ClassOf(err); pe == errdefs.PermissionDenied {
+		return err // a tenant's pull refused an address
+	}
 	var te *transport.Error
-	if errors.As(err, &te) {
+	if errors.As(err, &te) && tenant != "" {
+		codes := make([]string, 0, len(te.Errors))
+		for _, d := range te.Errors {
+			codes = append(codes, string(d.Code))
+		}
+		err = fmt.Errorf("the registry answered %d %v", te.StatusCode, codes)
+		te = &transport.Error{StatusCode: te.StatusCode, Errors: te.Errors}
+	}
+	if te != nil {
 		switch {
 		case te.StatusCode == http.StatusNotFound:
 			return errdefs.New(errdefs.NotFound, "image %q not found in its registry: %v", ref, err)
@@ -356,7 +384,7 @@ func (s *Store) storeImage(ctx context.Context, tenant string, img v1.Image, nam
 	id := digest.String()
 	rawConfig, err := img.RawConfigFile()
 	if err != nil {
-		return api.Image{}, registryError(source, err)
+		return api.Image{}, registryError(source, tenant, err)
 	}
 	cf, err := v1.ParseConfigFile(bytes.NewReader(rawConfig))
 	if err != nil {
@@ -367,7 +395,7 @@ func (s *Store) storeImage(ctx context.Context, tenant string, img v1.Image, nam
 	}
 	layers, err := img.Layers()
 	if err != nil {
-		return api.Image{}, registryError(source, err)
+		return api.Image{}, registryError(source, tenant, err)
 	}
 	if len(layers) != len(cf.RootFS.DiffIDs) {
 		return api.Image{}, errdefs.New(errdefs.InvalidArgument, "image %s: %d layers but %d diff ids in its config", source, len(layers), len(cf.RootFS.DiffIDs))
@@ -499,7 +527,7 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, diff string, b *budg
 	total, _ := l.Size()
 	rc, err := l.Compressed()
 	if err != nil {
-		return unpacked{}, registryError(diff, err)
+		return unpacked{}, registryError(diff, "", err)
 	}
 	defer rc.Close()
 	tmp, err := s.newLayerDir()
@@ -525,7 +553,7 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, diff string, b *budg
 			return unpacked{}, ctx.Err()
 		}
 		if counter.err != nil && counter.err != io.EOF {
-			return unpacked{}, registryError(diff, counter.err) // the download failed, not the layer
+			return unpacked{}, registryError(diff, "", counter.err) // the download failed, not the layer
 		}
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return unpacked{}, errdefs.New(errdefs.InvalidArgument, "layer %s is truncated: %v", diff, err)
@@ -538,7 +566,7 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, diff string, b *budg
 		return unpacked{}, errdefs.New(errdefs.InvalidArgument, "layer %s: %v", diff, err)
 	}
 	if _, err := io.Copy(io.Discard, counter); err != nil {
-		return unpacked{}, registryError(diff, err)
+		return unpacked{}, registryError(diff, "", err)
 	}
 	if got := digestOf(compressed); got != want.String() {
 		return unpacked{}, errdefs.New(errdefs.InvalidArgument, "layer %s: the blob's digest is %s, not %s (corrupt or tampered)", diff, got, want)

@@ -3,9 +3,11 @@ package image_test
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -568,8 +570,8 @@ func TestReadFileStaysInTheImage(t *testing.T) {
 // tenant uses and only the operator removes; one name in two tenants is
 // two images; content is shared and goes only when no one names it.
 func TestTenantImages(t *testing.T) {
-	s := newOCIStore(t)
 	reg := testregistry.Start(t)
+	s := newOCIStore(t, image.WithInsecureRegistries([]string{reg.Host})) // the operator names it: tenants may reach it
 	ctx := t.Context()
 	layer := func(body string) v1.Layer {
 		return testregistry.Layer(t, testregistry.Tar(t, testregistry.Entry{Name: "f", Body: body}))
@@ -760,5 +762,36 @@ func TestBuiltImageGrant(t *testing.T) {
 	}
 	if _, err := s.Lookup(ctx, "b", named.ID); !errdefs.IsNotFound(err) {
 		t.Errorf("b finds a's template by id: %v", err)
+	}
+}
+
+// TestTenantPullsReachPublicRegistriesOnly: a tenant's pull cannot make the
+// daemon fetch from the host's loopback (a service there, or a registry
+// the operator did not name) and read the answer in the error; the
+// operator's pull still can; a tenant's pull carries none of the daemon's
+// registry credentials.
+func TestTenantPullsReachPublicRegistriesOnly(t *testing.T) {
+	secret := "LOOPBACK-SECRET-" + t.Name()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"errors":[{"code":"DENIED","message":%q}]}`, secret)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	s := newOCIStore(t)
+	_, err := s.Pull(t.Context(), "a", host+"/x:1", nil)
+	if !errdefs.IsPermissionDenied(err) || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "not a public address") {
+		t.Fatalf("a tenant's pull from the host's loopback: %v", err)
+	}
+	// The operator's pull reaches it (and reads what it says).
+	if _, err := s.Pull(t.Context(), "", host+"/x:1", nil); err == nil || !strings.Contains(err.Error(), secret) {
+		t.Fatalf("the operator's pull: %v", err)
+	}
+	// A registry the operator named: a tenant reaches it, and its error
+	// carries the status and codes, not the body.
+	named := newOCIStore(t, image.WithInsecureRegistries([]string{host}))
+	_, err = named.Pull(t.Context(), "a", host+"/x:1", nil)
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("a tenant's pull from a named registry: %v", err)
 	}
 }
