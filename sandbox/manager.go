@@ -216,7 +216,7 @@ func New(cfg Config, st *store.Store, runtimes map[string]runtime.Runtime, image
 		ctx: ctx, cancel: cancel, outputs: budget{size: cfg.ExecOutputBudget},
 		ranges: newIDRanges(cfg.IDMap.Ranges()), net: cfg.Network,
 		ten: tenancy{quotas: map[string]api.Quota{}, pending: map[string]holding{}, usage: map[string]api.TenantUsage{},
-			seen: map[string]sample{}, since: cfg.Now()}}
+			seen: map[string]sample{}, snapshots: map[string]*sync.Mutex{}, since: cfg.Now()}}
 	m.egress = newEgressLog(st, log, func(id string, rec api.EgressRecord) {
 		m.emit(id, api.EgressDenied, func(ev *api.SandboxEvent) { ev.Egress = &rec })
 	})

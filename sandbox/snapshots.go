@@ -84,9 +84,11 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if err := snapshottable(rec, "snapshot"); err != nil {
 		return api.Snapshot{}, err
 	}
-	if err := m.admitSnapshot(ctx, rec.Tenant); err != nil {
+	release, err := m.admitSnapshot(ctx, rec.Tenant)
+	if err != nil {
 		return api.Snapshot{}, err
 	}
+	defer release()
 	sn, err := m.capture(ctx, rec, req.Name, req.Labels, true)
 	if err != nil {
 		return api.Snapshot{}, err

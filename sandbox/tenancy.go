@@ -25,8 +25,11 @@ type tenancy struct {
 	usage   map[string]api.TenantUsage
 	dirty   bool
 	// seen is each running sandbox's last sample.
-	seen  map[string]sample
-	since time.Time // when the meter began: sandboxes started after it count from their start
+	seen map[string]sample
+	// snapshots serializes the snapshots of each tenant with a snapshot
+	// quota (admitSnapshot).
+	snapshots map[string]*sync.Mutex
+	since     time.Time // when the meter began: sandboxes started after it count from their start
 }
 
 // holding is what sandboxes hold of a quota.
@@ -57,7 +60,7 @@ func (m *Manager) loadTenancy(ctx context.Context) error {
 	m.ten.mu.Lock()
 	defer m.ten.mu.Unlock()
 	m.ten.quotas, m.ten.usage = q, u
-	m.ten.pending, m.ten.seen = map[string]holding{}, map[string]sample{}
+	m.ten.pending, m.ten.seen, m.ten.snapshots = map[string]holding{}, map[string]sample{}, map[string]*sync.Mutex{}
 	m.ten.since = m.cfg.Now()
 	return nil
 }
@@ -246,23 +249,35 @@ func plus(a, b holding, sign int) holding {
 
 // admitSnapshot refuses a snapshot once the tenant's snapshots reach its
 // quota (the new one may pass it by its own size: its size is known only
-// once it is made).
-func (m *Manager) admitSnapshot(ctx context.Context, tenant string) error {
+// once it is made). While a tenant has a snapshot quota its snapshots are
+// made one at a time: release, once the snapshot is stored, lets the next
+// one count it.
+func (m *Manager) admitSnapshot(ctx context.Context, tenant string) (release func(), err error) {
 	m.ten.mu.Lock()
 	q, ok := m.ten.quotas[tenant]
-	m.ten.mu.Unlock()
-	if tenant == "" || !ok || q.SnapshotBytes == 0 {
-		return nil
+	var mu *sync.Mutex
+	if tenant != "" && ok && q.SnapshotBytes > 0 {
+		if mu = m.ten.snapshots[tenant]; mu == nil {
+			mu = &sync.Mutex{}
+			m.ten.snapshots[tenant] = mu
+		}
 	}
+	m.ten.mu.Unlock()
+	if mu == nil {
+		return func() {}, nil
+	}
+	mu.Lock()
 	n, err := m.store.SnapshotBytes(ctx, tenant)
 	if err != nil {
-		return err
+		mu.Unlock()
+		return nil, err
 	}
 	if n >= q.SnapshotBytes {
-		return errdefs.New(errdefs.ResourceExhausted, "quota of tenant %q: snapshot_bytes is %s, and %s are stored: delete snapshots first",
+		mu.Unlock()
+		return nil, errdefs.New(errdefs.ResourceExhausted, "quota of tenant %q: snapshot_bytes is %s, and %s are stored: delete snapshots first",
 			tenant, bytesText(q.SnapshotBytes), bytesText(n))
 	}
-	return nil
+	return sync.OnceFunc(mu.Unlock), nil
 }
 
 func bytesText(n int64) string {
