@@ -12,13 +12,13 @@ func TestRedact(t *testing.T) {
 	_, other, _ := newKey()
 	id := key[:len(Prefix)+idLen+1]
 	for in, want := range map[string]string{
-		"":                                  "",
-		"/v1/keys/" + key:                   "/v1/keys/" + id + "…",
-		"/v1/sandboxes/" + key + "/exec":    "/v1/sandboxes/" + id + "…/exec",
+		"":                                   "",
+		"/v1/keys/" + key:                    "/v1/keys/" + id + "…",
+		"/v1/sandboxes/" + key + "/exec":     "/v1/sandboxes/" + id + "…/exec",
 		`API key "` + key + `" and ` + other: `API key "` + id + `…" and ` + other[:len(id)] + "…",
-		"berth_ and berth_12 and berth_xyz": "berth_ and berth_12 and berth_xyz",
-		"berth_berth_" + key[len(Prefix):]:  "berth_" + id + "…",
-		key[:len(key)-10]:                   id + "…",
+		"berth_ and berth_12 and berth_xyz":  "berth_ and berth_12 and berth_xyz",
+		"berth_berth_" + key[len(Prefix):]:   "berth_" + id + "…",
+		key[:len(key)-10]:                    id + "…",
 	} {
 		if got := Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
