@@ -16,6 +16,10 @@ type BuildTemplateRequest struct {
 	// Network is what RUN steps may reach (default: the daemon's default
 	// policy, as for any sandbox).
 	Network *Network `json:"network,omitempty"`
+	// CPUs and MemoryBytes limit each step's sandbox (default: the
+	// daemon's defaults); a tenant with a CPU or memory quota gives them.
+	CPUs        float64 `json:"cpus,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
 }
 
 // Build event types (the lines of a build's NDJSON log).

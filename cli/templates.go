@@ -19,6 +19,8 @@ func templateCommand(connect connector) *cobra.Command {
 		tag, dockerfile, network string
 		buildArgs                []string
 		noCache, quiet           bool
+		cpus                     float64
+		memory                   string
 	)
 	build := &cobra.Command{
 		Use:   "build -t NAME [-f Dockerfile] CONTEXT",
@@ -28,7 +30,14 @@ func templateCommand(connect connector) *cobra.Command {
 			if tag == "" {
 				return fmt.Errorf("-t NAME: name the template")
 			}
-			req := api.BuildTemplateRequest{Name: tag, NoCache: noCache}
+			req := api.BuildTemplateRequest{Name: tag, NoCache: noCache, CPUs: cpus}
+			if memory != "" {
+				n, err := ParseSize(memory)
+				if err != nil {
+					return fmt.Errorf("--memory: %w", err)
+				}
+				req.MemoryBytes = n
+			}
 			dir := args[0]
 			df := dockerfile
 			if df == "" {
@@ -94,6 +103,8 @@ func templateCommand(connect connector) *cobra.Command {
 	fl.BoolVar(&noCache, "no-cache", false, "run every step, ignoring the cache")
 	fl.StringVar(&network, "network", "", "what RUN steps may reach: none or open (default: the daemon's default)")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "print only the template's id")
+	fl.Float64Var(&cpus, "cpus", 0, "CPU limit of each step's sandbox (a tenant with a CPU quota gives one)")
+	fl.StringVar(&memory, "memory", "", "memory limit of each step's sandbox, e.g. 1G (a tenant with a memory quota gives one)")
 
 	cmd.AddCommand(build, listImagesCommand(connect, "List the templates", (*client.Client).ListTemplates))
 	return cmd

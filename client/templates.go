@@ -36,6 +36,12 @@ func (c *Client) BuildTemplate(ctx context.Context, req api.BuildTemplateRequest
 	if req.NoCache {
 		q.Set("no_cache", "true")
 	}
+	if req.CPUs != 0 {
+		q.Set("cpus", strconv.FormatFloat(req.CPUs, 'g', -1, 64))
+	}
+	if req.MemoryBytes != 0 {
+		q.Set("memory_bytes", strconv.FormatInt(req.MemoryBytes, 10))
+	}
 	if req.Network != nil {
 		b, err := json.Marshal(req.Network)
 		if err != nil {

@@ -290,6 +290,25 @@ func TestTenantTemplates(t *testing.T) {
 		}
 		return res
 	}
+	// Under a memory quota a build's steps need a memory limit, as any
+	// sandbox of the tenant does; given one, the build runs within it.
+	if _, err := d.client.SetQuota(ctx, "tenant-c", api.Quota{MemoryBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	runStep := dockerfile("limited") // its COPY runs in a step's sandbox
+	if _, err := c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "limited"}, contextTar(t, writeContext(t, runStep)), nil); !errdefs.IsInvalidArgument(err) ||
+		!strings.Contains(err.Error(), "limits.memory_bytes") {
+		t.Fatalf("a build under a memory quota without a limit: %v", err)
+	}
+	if _, err := c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "limited", MemoryBytes: 256 << 20}, contextTar(t, writeContext(t, runStep)), nil); err != nil {
+		t.Fatalf("a build under a memory quota with a limit: %v", err)
+	}
+	if _, err := c.RemoveImage(ctx, "limited"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.SetQuota(ctx, "tenant-c", api.Quota{}); err != nil {
+		t.Fatal(err)
+	}
 	resA := build(a, "a")
 	if resA.CachedSteps != 0 || !slices.Contains(resA.Image.TenantNames["tenant-a"], "index.docker.io/library/agent:latest") {
 		t.Fatalf("A's build: %d cached, names %v %v", resA.CachedSteps, resA.Image.Names, resA.Image.TenantNames)

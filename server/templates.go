@@ -74,6 +74,20 @@ func buildRequest(r *http.Request) (api.BuildTemplateRequest, error) {
 		}
 		req.NoCache = b
 	}
+	if s := q.Get("cpus"); s != "" {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f < 0 {
+			return req, errdefs.New(errdefs.InvalidArgument, "cpus: %q is not a number of CPUs", s)
+		}
+		req.CPUs = f
+	}
+	if s := q.Get("memory_bytes"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return req, errdefs.New(errdefs.InvalidArgument, "memory_bytes: %q is not a number of bytes", s)
+		}
+		req.MemoryBytes = n
+	}
 	if s := q.Get("network"); s != "" {
 		var n api.Network
 		if err := json.Unmarshal([]byte(s), &n); err != nil {

@@ -437,7 +437,8 @@ func (r *run) inSandbox(do func(id string) error) (string, error) {
 	}
 	defer r.b.images.Forget(context.WithoutCancel(r.ctx), r.tenant, img.ID)
 	sb, err := r.b.sandboxes.Create(r.ctx, r.tenant, api.CreateSandboxRequest{Image: img.ID, User: rootID, Workdir: "/",
-		Network: r.req.Network, Labels: map[string]string{LabelBuild: labelValue(r.req.Name)}})
+		Network: r.req.Network, Labels: map[string]string{LabelBuild: labelValue(r.req.Name)},
+		Limits: api.Limits{CPUs: r.req.CPUs, MemoryBytes: r.req.MemoryBytes}})
 	if err != nil {
 		return "", err
 	}
