@@ -14,6 +14,7 @@ import contextlib
 import fnmatch
 import io
 import json
+import math
 import os
 import tarfile
 import time
@@ -40,9 +41,11 @@ from .types import (
     ListResult,
     Port,
     Process,
+    Quota,
     ReadResult,
     SandboxInfo,
     Snapshot,
+    TenantUsage,
 )
 
 DEFAULT_URL = "http://127.0.0.1:7680"
@@ -322,6 +325,29 @@ def _audit_params(tenant: str | None, sandbox: str | None, after: int, limit: in
     )
 
 
+def _tenant(tenant: str) -> str:
+    if not isinstance(tenant, str) or not tenant:
+        raise InvalidArgument(f"tenant: {tenant!r} is not a tenant's name (a DNS label)")
+    return tenant
+
+
+def _quota_body(sandboxes: int, cpus: float, memory_bytes: int, disk_bytes: int, snapshot_bytes: int) -> dict[str, Any]:
+    """The body of a quota, each bound checked here (a whole number, or for
+    cpus any number, not below 0); zero bounds are left out, as none."""
+    body: dict[str, Any] = {}
+    for name, v in (("sandboxes", sandboxes), ("memory_bytes", memory_bytes), ("disk_bytes", disk_bytes),
+                    ("snapshot_bytes", snapshot_bytes)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InvalidArgument(f"{name}: {v!r} is not a whole number of 0 (no bound) or more")
+        if v:
+            body[name] = v
+    if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not math.isfinite(cpus) or cpus < 0:
+        raise InvalidArgument(f"cpus: {cpus!r} is not a number of CPUs of 0 (no bound) or more")
+    if cpus:
+        body["cpus"] = cpus
+    return body
+
+
 class _Ops:
     """Builds the call of every operation."""
 
@@ -599,6 +625,17 @@ class _Ops:
     @staticmethod
     def audit(params: dict[str, str]) -> _Call:
         return _Call("GET", "/v1/audit", params=params, parse=lambda r: [AuditRecord.from_json(a) for a in r.json()["records"]])
+
+    # Quotas and usage (client/keys.go)
+    @staticmethod
+    def set_quota(tenant: str, body: dict[str, Any]) -> _Call:
+        return _Call("PUT", "/v1/tenants/" + quote(tenant, safe="") + "/quota", json=body,
+                     parse=lambda r: TenantUsage.from_json(r.json()))
+
+    @staticmethod
+    def usage(tenant: str | None) -> _Call:
+        return _Call("GET", "/v1/usage", params=_drop_none({"tenant": tenant}),
+                     parse=lambda r: [TenantUsage.from_json(u) for u in r.json()["tenants"]])
 
     @staticmethod
     def set_pool(image: str, size: int) -> _Call:
@@ -1329,6 +1366,30 @@ class Berth:
         newest that many (default 1000)."""
         return self._send(_Ops.audit(_audit_params(tenant, sandbox, after, limit)))
 
+    # Quotas (an admin key's call) and usage
+    def set_quota(
+        self,
+        tenant: str,
+        *,
+        sandboxes: int = 0,
+        cpus: float = 0,
+        memory_bytes: int = 0,
+        disk_bytes: int = 0,
+        snapshot_bytes: int = 0,
+    ) -> TenantUsage:
+        """Set ``tenant``'s quota (an admin key's call), replacing the one it
+        had: a zero bound is none, so an all-zero quota removes it. A create,
+        start or fork that would pass a bound is :class:`ResourceExhausted`
+        naming it; a quota below the current use stops nothing that runs.
+        Returns the tenant's usage with its new quota."""
+        body = _quota_body(sandboxes, cpus, memory_bytes, disk_bytes, snapshot_bytes)
+        return self._send(_Ops.set_quota(_tenant(tenant), body))
+
+    def usage(self, tenant: str | None = None) -> list[TenantUsage]:
+        """What tenants use now and have used: the key's own tenant's (one
+        entry); for the operator every tenant's, or ``tenant``'s."""
+        return self._send(_Ops.usage(None if tenant is None else _tenant(tenant)))
+
 
 _CREATE_KW = (
     "env", "user", "workdir", "image", "memory", "cpus", "pids", "disk", "idle_timeout", "delete_after", "runtime", "network", "allow",
@@ -1779,6 +1840,24 @@ class AsyncBerth:
     ) -> list[AuditRecord]:
         """As :meth:`Berth.audit`."""
         return await self._send(_Ops.audit(_audit_params(tenant, sandbox, after, limit)))
+
+    async def set_quota(
+        self,
+        tenant: str,
+        *,
+        sandboxes: int = 0,
+        cpus: float = 0,
+        memory_bytes: int = 0,
+        disk_bytes: int = 0,
+        snapshot_bytes: int = 0,
+    ) -> TenantUsage:
+        """As :meth:`Berth.set_quota`."""
+        body = _quota_body(sandboxes, cpus, memory_bytes, disk_bytes, snapshot_bytes)
+        return await self._send(_Ops.set_quota(_tenant(tenant), body))
+
+    async def usage(self, tenant: str | None = None) -> list[TenantUsage]:
+        """As :meth:`Berth.usage`."""
+        return await self._send(_Ops.usage(None if tenant is None else _tenant(tenant)))
 
 
 __all__ = [

@@ -382,6 +382,76 @@ class AuditRecord:
         )
 
 
+@dataclass
+class Quota:
+    """What one tenant may hold; a zero field is no bound. A create (or start,
+    or fork) that would pass a bound is :class:`~berth.ResourceExhausted`
+    naming it and the current use; a quota below the current use stops
+    nothing that runs, it only refuses what would add more."""
+
+    # The most sandboxes running (or paused) at once.
+    sandboxes: int = 0
+    # The most limits.cpus summed over running sandboxes (a sandbox without
+    # a CPU limit is refused while it is set).
+    cpus: float = 0.0
+    # The most limits.memory_bytes summed over running sandboxes (likewise).
+    memory_bytes: int = 0
+    # The most limits.disk_bytes summed over all the tenant's sandboxes,
+    # stopped ones too (likewise).
+    disk_bytes: int = 0
+    # The most bytes of snapshots stored.
+    snapshot_bytes: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> Quota:
+        d = d or {}
+        return cls(
+            sandboxes=int(d.get("sandboxes") or 0),
+            cpus=float(d.get("cpus") or 0),
+            memory_bytes=int(d.get("memory_bytes") or 0),
+            disk_bytes=int(d.get("disk_bytes") or 0),
+            snapshot_bytes=int(d.get("snapshot_bytes") or 0),
+        )
+
+
+@dataclass
+class TenantUsage:
+    """What one tenant uses now, as its ``quota`` counts it, and the counters
+    a team bills on (since the tenant's first sandbox, sampled every few
+    seconds while sandboxes run). ``tenant`` is "" for the operator's own
+    sandboxes."""
+
+    tenant: str
+    quota: Quota = field(default_factory=Quota)
+    sandboxes: int = 0
+    cpus: float = 0.0
+    memory_bytes: int = 0
+    disk_bytes: int = 0
+    snapshot_bytes: int = 0
+    sandbox_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    memory_gb_seconds: float = 0.0
+    egress_bytes_out: int = 0
+    egress_bytes_in: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TenantUsage:
+        return cls(
+            tenant=str(d.get("tenant") or ""),
+            quota=Quota.from_json(d.get("quota")),
+            sandboxes=int(d.get("sandboxes") or 0),
+            cpus=float(d.get("cpus") or 0),
+            memory_bytes=int(d.get("memory_bytes") or 0),
+            disk_bytes=int(d.get("disk_bytes") or 0),
+            snapshot_bytes=int(d.get("snapshot_bytes") or 0),
+            sandbox_seconds=float(d.get("sandbox_seconds") or 0),
+            cpu_seconds=float(d.get("cpu_seconds") or 0),
+            memory_gb_seconds=float(d.get("memory_gb_seconds") or 0),
+            egress_bytes_out=int(d.get("egress_bytes_out") or 0),
+            egress_bytes_in=int(d.get("egress_bytes_in") or 0),
+        )
+
+
 class FileInfo(TypedDict):
     """A file as stat, list and glob describe it."""
 
@@ -463,9 +533,11 @@ __all__ = [
     "ListResult",
     "Port",
     "Process",
+    "Quota",
     "ReadResult",
     "SandboxInfo",
     "Snapshot",
     "TTY",
+    "TenantUsage",
     "TerminalEvent",
 ]
