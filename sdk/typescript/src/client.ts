@@ -21,9 +21,11 @@ import {
   type Image,
   type Pool,
   type PullEvent,
+  type Quota,
   type RuntimeInfo,
   type Scope,
   type Secret,
+  type TenantUsage,
   type Usage,
   type VersionInfo,
   Diff,
@@ -1270,6 +1272,26 @@ export class Berth {
     };
     return (await this.transport.json({ method: "GET", path: "/v1/audit", query })).records;
   }
+
+  // Quotas (an admin key's call) and usage
+
+  /** Sets a tenant's quota (an admin key's call), replacing the one it had:
+   * an absent or zero bound is none, so an empty quota removes it. A
+   * create, start or fork that would pass a bound is ResourceExhausted
+   * naming it; a quota below the current use stops nothing that runs.
+   * Resolves to the tenant's usage with its new quota. */
+  async setQuota(tenant: string, quota: Quota = {}): Promise<TenantUsage> {
+    const body = quotaBody(quota);
+    const path = "/v1/tenants/" + encodeURIComponent(tenantName(tenant)) + "/quota";
+    return tenantUsage(await this.transport.json({ method: "PUT", path, json: body }));
+  }
+
+  /** What tenants use now and have used: the key's own tenant's (one
+   * entry); for the operator every tenant's, or opts.tenant's. */
+  async usage(opts: UsageQuery = {}): Promise<TenantUsage[]> {
+    const query = { tenant: opts.tenant === undefined ? undefined : tenantName(opts.tenant) };
+    return ((await this.transport.json({ method: "GET", path: "/v1/usage", query })).tenants as Json[]).map(tenantUsage);
+  }
 }
 
 /** What createApiKey makes. */
@@ -1294,6 +1316,63 @@ export interface AuditQuery {
   after?: number;
   /** The most records, the newest (default 1000). */
   limit?: number;
+}
+
+/** Which tenants' usage to read. */
+export interface UsageQuery {
+  /** One tenant's usage (the operator's filter; a tenant's key reads its own whatever it names). */
+  tenant?: string;
+}
+
+function tenantName(tenant: string): string {
+  if (typeof tenant !== "string" || !tenant) {
+    throw new InvalidArgument(`tenant: ${JSON.stringify(tenant ?? null)} is not a tenant's name (a DNS label)`);
+  }
+  return tenant;
+}
+
+const QUOTA_FIELDS = ["sandboxes", "cpus", "memory_bytes", "disk_bytes", "snapshot_bytes"] as const;
+
+/** A quota's body, each bound checked here (a whole number, or for cpus
+ * any number, not below 0; no other field); zero bounds are left out, as none. */
+function quotaBody(quota: Quota): Quota {
+  if (typeof quota !== "object" || quota === null || Array.isArray(quota)) {
+    throw new InvalidArgument(`quota: ${JSON.stringify(quota ?? null)} is not an object of bounds`);
+  }
+  const body: Json = {};
+  for (const [name, v] of Object.entries(quota)) {
+    if (!(QUOTA_FIELDS as readonly string[]).includes(name)) {
+      throw new InvalidArgument(`${name}: not a bound of a quota (${QUOTA_FIELDS.join(", ")})`);
+    }
+    if (v === undefined) continue;
+    const ok = typeof v === "number" && v >= 0 && (name === "cpus" ? Number.isFinite(v) : Number.isSafeInteger(v));
+    if (!ok) {
+      const what = name === "cpus" ? "a number of CPUs" : "a whole number";
+      throw new InvalidArgument(`${name}: ${typeof v === "string" ? JSON.stringify(v) : String(v)} is not ${what} of 0 (no bound) or more`);
+    }
+    if (v) body[name] = v;
+  }
+  return body as Quota;
+}
+
+/** A tenant's usage from JSON, its absent (zero) fields as 0. */
+function tenantUsage(d: Json): TenantUsage {
+  const n = (v: unknown) => (typeof v === "number" ? v : 0);
+  const q: Json = d.quota ?? {};
+  return {
+    tenant: typeof d.tenant === "string" ? d.tenant : "",
+    quota: Object.fromEntries(QUOTA_FIELDS.map((f) => [f, n(q[f])])) as Quota,
+    sandboxes: n(d.sandboxes),
+    cpus: n(d.cpus),
+    memory_bytes: n(d.memory_bytes),
+    disk_bytes: n(d.disk_bytes),
+    snapshot_bytes: n(d.snapshot_bytes),
+    sandbox_seconds: n(d.sandbox_seconds),
+    cpu_seconds: n(d.cpu_seconds),
+    memory_gb_seconds: n(d.memory_gb_seconds),
+    egress_bytes_out: n(d.egress_bytes_out),
+    egress_bytes_in: n(d.egress_bytes_in),
+  };
 }
 
 /** An API key from JSON, its secret (when there is one) not enumerable. */

@@ -22,6 +22,7 @@ export {
   type ProcessOptions,
   type TerminalOptions,
   type UploadOptions,
+  type UsageQuery,
   type Where,
 } from "./client.js";
 export { DEFAULT_URL, type Body } from "./http.js";
@@ -63,9 +64,11 @@ export {
   type ImageConfig,
   type Pool,
   type PullEvent,
+  type Quota,
   type RuntimeInfo,
   type Scope,
   type Secret,
+  type TenantUsage,
   type Usage,
   type VersionInfo,
   type Change,

@@ -596,3 +596,43 @@ export interface AuditRecord {
   error?: string;
   request_id: string;
 }
+
+/** What one tenant may hold (Berth.setQuota); an absent or zero field is no
+ * bound. A create (or start, or fork) that would pass a bound is
+ * ResourceExhausted naming it and the current use; a quota below the
+ * current use stops nothing that runs, it only refuses what would add more. */
+export interface Quota {
+  /** The most sandboxes running (or paused) at once. */
+  sandboxes?: number;
+  /** The most limits.cpus summed over running sandboxes; a sandbox without
+   * a CPU limit is refused while it is set. */
+  cpus?: number;
+  /** The most limits.memory_bytes summed over running sandboxes; a sandbox
+   * without a memory limit is refused while it is set. */
+  memory_bytes?: number;
+  /** The most limits.disk_bytes summed over all the tenant's sandboxes,
+   * stopped ones too; a sandbox without a disk limit is refused while it is set. */
+  disk_bytes?: number;
+  /** The most bytes of snapshots stored. */
+  snapshot_bytes?: number;
+}
+
+/** What one tenant uses now, as its quota counts it, and the counters a
+ * team bills on (Berth.usage, Berth.setQuota). */
+export interface TenantUsage {
+  /** The tenant's name; "" for the operator's own sandboxes. */
+  tenant: string;
+  quota: Quota;
+  sandboxes: number;
+  cpus: number;
+  memory_bytes: number;
+  disk_bytes: number;
+  snapshot_bytes: number;
+  /** Counters since the tenant's first sandbox, sampled every few seconds
+   * while sandboxes run. */
+  sandbox_seconds: number;
+  cpu_seconds: number;
+  memory_gb_seconds: number;
+  egress_bytes_out: number;
+  egress_bytes_in: number;
+}

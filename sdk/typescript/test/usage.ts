@@ -22,6 +22,9 @@ import {
   type Terminal,
   type APIKey,
   type AuditRecord,
+  ResourceExhausted,
+  type Quota,
+  type TenantUsage,
 } from "@berthsh/berth";
 
 export async function connect(): Promise<void> {
@@ -199,6 +202,27 @@ export async function keys(): Promise<void> {
   await admin.revokeApiKey(reader);
   const records: AuditRecord[] = await admin.audit({ tenant: "team-a" });
   for (const r of records) console.log(r.seq, r.key_id, r.method, r.path, r.status, r.error);
+  teamA.close();
+  admin.close();
+}
+
+export async function quotas(): Promise<void> {
+  const admin = new Berth();
+  const bounds: Quota = { sandboxes: 10, cpus: 8, memory_bytes: 16 * 2 ** 30 };
+  await admin.setQuota("team-a", bounds);
+  const teamA = new Berth({ apiKey: (await admin.createApiKey({ tenant: "team-a" })).key });
+  try {
+    await using sb = await teamA.create({ cpus: 1, memory: 2 ** 30 });
+    console.log((await sb.exec("echo hello")).stdout);
+  } catch (err) {
+    if (err instanceof ResourceExhausted) console.log(err.message);
+    else throw err;
+  }
+  const usage: TenantUsage[] = await admin.usage();
+  for (const u of usage) console.log(u.tenant, u.sandboxes, u.quota.sandboxes, u.cpu_seconds, u.egress_bytes_out);
+  const mine: TenantUsage[] = await teamA.usage({ tenant: "team-a" });
+  console.log(mine[0]?.sandbox_seconds);
+  await admin.setQuota("team-a", {});
   teamA.close();
   admin.close();
 }
