@@ -117,6 +117,28 @@ func lastCap() (int, error) {
 	return n, nil
 }
 
+// DropBounding drops every capability not in keep from the bounding set
+// of every OS thread (the first part of Restrict).
+func DropBounding(keep []Cap) error {
+	last, err := lastCap()
+	if err != nil {
+		return fmt.Errorf("read the last capability: %w", err)
+	}
+	m, err := mask(keep, last)
+	if err != nil {
+		return err
+	}
+	for c := 0; c <= last && c < 64; c++ {
+		if m&(1<<uint(c)) != 0 {
+			continue
+		}
+		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
+			return fmt.Errorf("drop %s from the bounding set: %w", Name(Cap(c)), e)
+		}
+	}
+	return nil
+}
+
 // Restrict limits every OS thread of the calling process to keep, so that
 // every process it spawns afterwards inherits the limit. On each thread it
 // drops every other capability up to the kernel's last from the bounding
@@ -147,6 +169,9 @@ func Restrict(keep []Cap) error {
 	for c := 0; c <= last && c < 64; c++ {
 		if m&(1<<uint(c)) != 0 {
 			continue
+		}
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 0 {
+			continue // dropped already (DropBounding), on every thread
 		}
 		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
 			return fmt.Errorf("drop %s from the bounding set: %w", Name(Cap(c)), e)

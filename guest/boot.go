@@ -225,6 +225,13 @@ func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener
 		log.Debug("setup", "phase", phase, "took", time.Since(t))
 		t = time.Now()
 	}
+	// The bounding set goes first, while the guest has the fewest threads:
+	// each drop stops every thread, and the effective capabilities the
+	// setup below needs stay until Restrict, which then skips the drops.
+	if err := capability.DropBounding(capability.Default()); err != nil {
+		return nil, nil, fmt.Errorf("drop capabilities: %w", err)
+	}
+	lap("bounding")
 	// Bound before the pivot (or the cover of Hide) makes its path
 	// unreachable from inside; a guest whose runtime hides it can be
 	// suspended and listen there again.
