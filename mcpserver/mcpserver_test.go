@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -59,7 +61,8 @@ func httpSession(t testing.TB, url string) *mcp.ClientSession {
 	addr := testutil.FreeAddr(t)
 	var stderr testutil.Buffer
 	cmd := exec.Command(testutil.Berth(t), "mcp", "--url", url, "--http", addr)
-	cmd.Env = append(os.Environ(), "BERTH_API_KEY="+keyFor(url))
+	token := "mcp-token-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	cmd.Env = append(os.Environ(), "BERTH_API_KEY="+keyFor(url), "BERTH_MCP_TOKEN="+token)
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -83,12 +86,26 @@ func httpSession(t testing.TB, url string) *mcp.ClientSession {
 			t.Fatalf("berth mcp --http %s did not listen: %v\n%s", addr, err, stderr.String())
 		}
 	}
-	s, err := newClient().Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"}, nil)
+	hc := &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}
+	s, err := newClient().Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: hc}, nil)
 	if err != nil {
 		t.Fatalf("connect over streamable HTTP: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// bearer adds the server's token to every request, as an MCP host's
+// config of headers does.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }
 
 // inMemorySession serves mcpserver.New in-process over the SDK's in-memory
@@ -154,6 +171,27 @@ func TestMCPDaemonDown(t *testing.T) {
 				t.Errorf("resource read with the daemon down: %v, want an error naming %s", err, url)
 			}
 		})
+	}
+}
+
+// TestMCPHTTPNeedsAToken: berth mcp --http refuses to start without
+// BERTH_MCP_TOKEN unless told to serve anyone, and refuses a short token.
+func TestMCPHTTPNeedsAToken(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, nil, "BERTH_MCP_TOKEN"},
+		{[]string{"BERTH_MCP_TOKEN=short"}, nil, "at least 16"},
+		{[]string{"BERTH_MCP_TOKEN=long-enough-token-x"}, []string{"--insecure-no-auth"}, "choose one"},
+	} {
+		cmd := exec.Command(testutil.Berth(t), append([]string{"mcp", "--url", "http://127.0.0.1:1", "--http", testutil.FreeAddr(t)}, c.args...)...)
+		cmd.Env = append(os.Environ(), append([]string{"BERTH_MCP_TOKEN="}, c.env...)...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("berth mcp --http %v with %v: %v, %q; want a refusal naming %s", c.args, c.env, err, out, c.want)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -65,20 +66,35 @@ type backend struct {
 // JSON around it.
 const MaxHTTPBodyBytes = 96 << 20
 
-// HTTPHandler serves s over MCP's streamable HTTP transport. It has no
-// authentication of its own: serve it on loopback only (see LoopbackAddr).
-// What a web page could send it is refused: a request on loopback whose
-// Host is not loopback (DNS rebinding; the SDK checks) and a browser's
-// cross-origin request (net/http's CrossOriginProtection).
-func HTTPHandler(s *mcp.Server, logger *slog.Logger) http.Handler {
+// HTTPHandler serves s over MCP's streamable HTTP transport, to clients
+// that send token as Authorization: Bearer (compared in constant time; an
+// empty token serves anyone, which berth mcp allows only when told to).
+// It is served on loopback only (see LoopbackAddr), and what a web page
+// could send it is refused: a request on loopback whose Host is not
+// loopback (DNS rebinding; the SDK checks) and a browser's cross-origin
+// request (net/http's CrossOriginProtection).
+func HTTPHandler(s *mcp.Server, logger *slog.Logger, token string) http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
 		&mcp.StreamableHTTPOptions{Logger: logger, MaxRequestBodyBytes: MaxHTTPBodyBytes})
-	return http.NewCrossOriginProtection().Handler(h)
+	guarded := http.NewCrossOriginProtection().Handler(h)
+	if token == "" {
+		return guarded
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="berth mcp"`)
+			http.Error(w, "berth mcp: send the server's token as Authorization: Bearer <token> (BERTH_MCP_TOKEN where it was started)", http.StatusUnauthorized)
+			return
+		}
+		guarded.ServeHTTP(w, r)
+	})
 }
 
 // LoopbackAddr checks that addr (host:port, or :port for 127.0.0.1) is a
 // loopback address and returns it with the host filled in. The HTTP
-// transport has no authentication, so anything else is refused.
+// transport is plain HTTP with a bearer token (or none), so anything else
+// is refused.
 func LoopbackAddr(addr string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -90,7 +106,7 @@ func LoopbackAddr(addr string) (string, error) {
 	ip := net.ParseIP(host)
 	if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return "", errdefs.New(errdefs.InvalidArgument,
-			"--http %q: the MCP HTTP transport has no authentication of its own, so it listens on loopback only (127.0.0.1, ::1 or localhost)", addr)
+			"--http %q: the MCP HTTP transport is plain HTTP, so it listens on loopback only (127.0.0.1, ::1 or localhost)", addr)
 	}
 	return net.JoinHostPort(host, port), nil
 }

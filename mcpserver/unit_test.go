@@ -104,7 +104,7 @@ func TestHTTPHandlerRefusesWebPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(HTTPHandler(New(c, Options{}), nil))
+	srv := httptest.NewServer(HTTPHandler(New(c, Options{}), nil, ""))
 	defer srv.Close()
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	for _, c := range []struct {
@@ -134,6 +134,37 @@ func TestHTTPHandlerRefusesWebPages(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != c.want {
 			t.Errorf("%s: status %d (%s), want %d", c.name, resp.StatusCode, body, c.want)
+		}
+	}
+}
+
+// TestHTTPHandlerWantsItsToken: with a token, a request without it or with
+// another is 401 before MCP sees it; with it, MCP answers.
+func TestHTTPHandlerWantsItsToken(t *testing.T) {
+	c, err := client.New("http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "s3cret-token-of-berth-mcp"
+	srv := httptest.NewServer(HTTPHandler(New(c, Options{}), nil, token))
+	defer srv.Close()
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	for auth, want := range map[string]int{"": http.StatusUnauthorized, "Bearer wrong": http.StatusUnauthorized,
+		"Bearer " + token + "x": http.StatusUnauthorized, token: http.StatusUnauthorized, "Bearer " + token: http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(init))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || strings.Contains(string(body), token) {
+			t.Errorf("Authorization %q: status %d (%s), want %d", auth, resp.StatusCode, body, want)
 		}
 	}
 }
