@@ -245,8 +245,16 @@ func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener
 	// the sandbox before prepare returns, so nothing can signal it sooner.
 	signals := make(chan error, 1)
 	go func() { signals <- ignoreSignalsFromInside() }()
+	var signalsErr error
+	joined := false
+	join := func() error { // the signals' setup is over (once)
+		if !joined {
+			joined, signalsErr = true, <-signals
+		}
+		return signalsErr
+	}
 	fail := func(err error) (net.Listener, *relistener, error) {
-		<-signals // a failed prepare leaves no goroutine behind
+		join() // a failed prepare leaves no goroutine behind
 		ln.Close()
 		return nil, nil, err
 	}
@@ -269,9 +277,8 @@ func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener
 	if err := loopbackUp(); err != nil {
 		return fail(err)
 	}
-	if err := <-signals; err != nil {
-		ln.Close()
-		return nil, nil, err
+	if err := join(); err != nil {
+		return fail(err)
 	}
 	// The guest holds the control listener: nothing inside may read its memory
 	// or descriptors (ptrace and /proc/1/fd need it dumpable).
