@@ -120,17 +120,32 @@ func lastCap() (int, error) {
 // DropBounding drops every capability not in keep from the bounding set
 // of every OS thread (the first part of Restrict).
 func DropBounding(keep []Cap) error {
-	last, err := lastCap()
-	if err != nil {
-		return fmt.Errorf("read the last capability: %w", err)
-	}
-	m, err := mask(keep, last)
+	m, last, err := keepMask(keep)
 	if err != nil {
 		return err
 	}
+	return dropBounding(m, last)
+}
+
+// keepMask is keep as a mask, with the kernel's last capability.
+func keepMask(keep []Cap) (m uint64, last int, err error) {
+	if last, err = lastCap(); err != nil {
+		return 0, 0, fmt.Errorf("read the last capability: %w", err)
+	}
+	m, err = mask(keep, last)
+	return m, last, err
+}
+
+// dropBounding drops from every thread's bounding set each capability up
+// to last that m lacks, skipping those already gone (a drop stops every
+// thread; Restrict after DropBounding has none left to make).
+func dropBounding(m uint64, last int) error {
 	for c := 0; c <= last && c < 64; c++ {
 		if m&(1<<uint(c)) != 0 {
 			continue
+		}
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 0 {
+			continue // dropped already, on every thread
 		}
 		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
 			return fmt.Errorf("drop %s from the bounding set: %w", Name(Cap(c)), e)
@@ -158,24 +173,12 @@ func DropBounding(keep []Cap) error {
 // runtime aborts the process if a call succeeds on one thread and fails on
 // another.
 func Restrict(keep []Cap) error {
-	last, err := lastCap()
-	if err != nil {
-		return fmt.Errorf("read the last capability: %w", err)
-	}
-	m, err := mask(keep, last)
+	m, last, err := keepMask(keep)
 	if err != nil {
 		return err
 	}
-	for c := 0; c <= last && c < 64; c++ {
-		if m&(1<<uint(c)) != 0 {
-			continue
-		}
-		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 0 {
-			continue // dropped already (DropBounding), on every thread
-		}
-		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
-			return fmt.Errorf("drop %s from the bounding set: %w", Name(Cap(c)), e)
-		}
+	if err := dropBounding(m, last); err != nil {
+		return err
 	}
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 {
 		return fmt.Errorf("clear the ambient set: %w", e)
