@@ -175,20 +175,7 @@ func (s *Store) images(ctx context.Context, where string, args ...any) ([]Image,
 
 // ImageUsers lists the sandboxes made of image id.
 func (s *Store) ImageUsers(ctx context.Context, id string) ([]string, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT id FROM sandboxes WHERE image_id = ? ORDER BY id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("image users: %w", err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var sid string
-		if err := rows.Scan(&sid); err != nil {
-			return nil, fmt.Errorf("image users: %w", err)
-		}
-		ids = append(ids, sid)
-	}
-	return ids, rows.Err()
+	return s.TenantImageUsers(ctx, "", id)
 }
 
 // TenantImageUsers lists the sandboxes of tenant ("" every tenant's) made
