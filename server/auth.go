@@ -40,6 +40,17 @@ func Keyed(r *http.Request) bool {
 	return k == auth.Key || k == auth.Root
 }
 
+// readScope is whose records a listing (the audit log, usage) shows: the
+// caller's tenant's; the operator's are every tenant's (all), or the one
+// tenant ?tenant= names. A tenant's ?tenant= is ignored.
+func readScope(r *http.Request) (tenant string, all bool) {
+	tenant, all = Tenant(r), Tenant(r) == ""
+	if t := r.URL.Query().Get("tenant"); t != "" && all {
+		tenant, all = t, false
+	}
+	return tenant, all
+}
+
 // NoteSandbox names the sandbox a request made (a create), for the audit
 // log; routes with an {id} are named by it.
 func NoteSandbox(r *http.Request, id string) { info(r).sandbox = id }

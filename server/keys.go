@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"net/http"
-	"strconv"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
@@ -82,15 +81,12 @@ func (g *keysGroup) revoke(w http.ResponseWriter, r *http.Request) error {
 // tenant's, or one tenant's with ?tenant=.
 func (g *keysGroup) listAudit(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	tenant, all := Tenant(r), Tenant(r) == ""
-	if t := q.Get("tenant"); t != "" && all {
-		tenant, all = t, false
-	}
-	after, err := queryInt64(q.Get("after"), "after")
+	tenant, all := readScope(r)
+	after, err := int64Query(r, "after")
 	if err != nil {
 		return err
 	}
-	limit, err := queryInt64(q.Get("limit"), "limit")
+	limit, err := int64Query(r, "limit")
 	if err != nil {
 		return err
 	}
@@ -105,15 +101,4 @@ func (g *keysGroup) listAudit(w http.ResponseWriter, r *http.Request) error {
 		recs = []api.AuditRecord{}
 	}
 	return writeJSON(w, http.StatusOK, api.ListAuditResponse{Records: recs})
-}
-
-func queryInt64(v, field string) (int64, error) {
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, errdefs.New(errdefs.InvalidArgument, "%s: %q is not a number", field, v)
-	}
-	return n, nil
 }

@@ -123,6 +123,19 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 	return b, nil
 }
 
+// int64Query reads the query parameter name as an integer (0 when absent).
+func int64Query(r *http.Request, name string) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, errdefs.New(errdefs.InvalidArgument, "%s: %q is not a number", name, v)
+	}
+	return n, nil
+}
+
 // ndjson writes a stream of events; headers go out with the first event, so
 // an error before it still gets a proper status code.
 type ndjson struct {

@@ -44,10 +44,7 @@ func (g *tenantsGroup) setQuota(w http.ResponseWriter, r *http.Request) error {
 // usage answers the caller's tenant's usage; the operator's is every
 // tenant's, or one's with ?tenant=.
 func (g *tenantsGroup) usage(w http.ResponseWriter, r *http.Request) error {
-	tenant, all := Tenant(r), Tenant(r) == ""
-	if t := r.URL.Query().Get("tenant"); t != "" && all {
-		tenant, all = t, false
-	}
+	tenant, all := readScope(r)
 	list, err := g.t.Usage(r.Context(), tenant, all)
 	if err != nil {
 		return err
