@@ -135,15 +135,40 @@ func (m *Manager) held(ctx context.Context, tenant string) (holding, error) {
 	return h, nil
 }
 
+// quotaOf is tenant's quota; ok is false for the operator (tenant "") and
+// for a tenant without one.
+func (m *Manager) quotaOf(tenant string) (q api.Quota, ok bool) {
+	if tenant == "" {
+		return api.Quota{}, false
+	}
+	m.ten.mu.Lock()
+	defer m.ten.mu.Unlock()
+	q, ok = m.ten.quotas[tenant]
+	return q, ok
+}
+
+// inUse is what tenant's sandboxes hold with the admissions under way
+// added; the caller holds admitMu.
+func (m *Manager) inUse(ctx context.Context, tenant string) (holding, error) {
+	h, err := m.held(ctx, tenant)
+	if err != nil {
+		return holding{}, err
+	}
+	m.ten.mu.Lock()
+	p := m.ten.pending[tenant]
+	m.ten.mu.Unlock()
+	sum := plus(h, p, 1)
+	sum.snapshotsSz = h.snapshotsSz
+	return sum, nil
+}
+
 // admit checks that a sandbox of spec can start running for tenant
 // (withDisk: it is new, so its disk counts too) and holds its share until
 // release, which the caller runs once the sandbox is in the store or
 // failed. The operator's sandboxes (tenant "") have no quota.
 func (m *Manager) admit(ctx context.Context, tenant string, spec api.CreateSandboxRequest, withDisk bool) (release func(), err error) {
-	m.ten.mu.Lock()
-	q, ok := m.ten.quotas[tenant]
-	m.ten.mu.Unlock()
-	if tenant == "" || !ok {
+	q, ok := m.quotaOf(tenant)
+	if !ok {
 		return func() {}, nil
 	}
 	add := holding{sandboxes: 1, cpus: spec.Limits.CPUs, memory: spec.Limits.MemoryBytes}
@@ -162,17 +187,10 @@ func (m *Manager) admit(ctx context.Context, tenant string, spec api.CreateSandb
 	// are one step, so two creates cannot both take the last share.
 	m.admitMu.Lock()
 	defer m.admitMu.Unlock()
-	h, err := m.held(ctx, tenant)
+	h, err := m.inUse(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
-	m.ten.mu.Lock()
-	p := m.ten.pending[tenant]
-	m.ten.mu.Unlock()
-	h.sandboxes += p.sandboxes
-	h.cpus += p.cpus
-	h.memory += p.memory
-	h.disk += p.disk
 	exhausted := func(what, quota, use string) error {
 		return errdefs.New(errdefs.ResourceExhausted, "quota of tenant %q: %s is %s, and %s are in use", tenant, what, quota, use)
 	}
@@ -203,10 +221,8 @@ func (m *Manager) admit(ctx context.Context, tenant string, spec api.CreateSandb
 // within its quota (its old ones count as held) and returns with the
 // admission lock held, for the caller to release once they are stored.
 func (m *Manager) admitLimits(ctx context.Context, rec store.Sandbox, to api.Limits) (release func(), err error) {
-	m.ten.mu.Lock()
-	q, ok := m.ten.quotas[rec.Tenant]
-	m.ten.mu.Unlock()
-	if rec.Tenant == "" || !ok {
+	q, ok := m.quotaOf(rec.Tenant)
+	if !ok {
 		return func() {}, nil
 	}
 	from, err := recordSpec(rec)
@@ -215,17 +231,14 @@ func (m *Manager) admitLimits(ctx context.Context, rec store.Sandbox, to api.Lim
 	}
 	m.admitMu.Lock()
 	unlock := sync.OnceFunc(m.admitMu.Unlock)
-	h, err := m.held(ctx, rec.Tenant)
+	h, err := m.inUse(ctx, rec.Tenant)
 	if err != nil {
 		unlock()
 		return nil, err
 	}
-	m.ten.mu.Lock()
-	p := m.ten.pending[rec.Tenant]
-	m.ten.mu.Unlock()
-	cpus := h.cpus + p.cpus - from.Limits.CPUs + to.CPUs
-	memory := h.memory + p.memory - from.Limits.MemoryBytes + to.MemoryBytes
-	disk := h.disk + p.disk - from.Limits.DiskBytes + to.DiskBytes
+	cpus := h.cpus - from.Limits.CPUs + to.CPUs
+	memory := h.memory - from.Limits.MemoryBytes + to.MemoryBytes
+	disk := h.disk - from.Limits.DiskBytes + to.DiskBytes
 	var why error
 	switch {
 	case q.CPUs > 0 && to.CPUs > from.Limits.CPUs && cpus > q.CPUs+1e-9:
@@ -253,19 +266,17 @@ func plus(a, b holding, sign int) holding {
 // made one at a time: release, once the snapshot is stored, lets the next
 // one count it.
 func (m *Manager) admitSnapshot(ctx context.Context, tenant string) (release func(), err error) {
-	m.ten.mu.Lock()
-	q, ok := m.ten.quotas[tenant]
-	var mu *sync.Mutex
-	if tenant != "" && ok && q.SnapshotBytes > 0 {
-		if mu = m.ten.snapshots[tenant]; mu == nil {
-			mu = &sync.Mutex{}
-			m.ten.snapshots[tenant] = mu
-		}
-	}
-	m.ten.mu.Unlock()
-	if mu == nil {
+	q, ok := m.quotaOf(tenant)
+	if !ok || q.SnapshotBytes == 0 {
 		return func() {}, nil
 	}
+	m.ten.mu.Lock()
+	mu := m.ten.snapshots[tenant]
+	if mu == nil {
+		mu = &sync.Mutex{}
+		m.ten.snapshots[tenant] = mu
+	}
+	m.ten.mu.Unlock()
 	mu.Lock()
 	n, err := m.store.SnapshotBytes(ctx, tenant)
 	if err != nil {
