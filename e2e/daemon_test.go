@@ -98,20 +98,10 @@ func (d *daemon) start() {
 		t.Fatal(err)
 	}
 	waitHealthy(t, c, d.log)
-	d.key = adminKey(t, d.state)
+	d.key = testutil.AdminKey(t, d.state)
 	if d.client, err = client.New(d.url, client.WithAPIKey(d.key)); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// adminKey reads the admin key a daemon made in state on its first start.
-func adminKey(t testing.TB, state string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(state, "admin.key"))
-	if err != nil {
-		t.Fatalf("the daemon's first admin key: %v", err)
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // stop stops the daemon gracefully (SIGTERM) and waits for it.

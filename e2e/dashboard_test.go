@@ -157,11 +157,7 @@ func screenshot(t testing.TB, ctx context.Context, name string) {
 // to admin.key in its state dir on its first start, as a user would copy it.
 func dashboardKey(t testing.TB, d *daemon) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(d.state, "admin.key"))
-	if err != nil {
-		t.Fatalf("the daemon's first admin key: %v", err)
-	}
-	return strings.TrimSpace(string(b))
+	return testutil.AdminKey(t, d.state)
 }
 
 // step runs actions with a deadline, failing the test with what it was

@@ -2,10 +2,7 @@ package mcpserver_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -60,11 +57,7 @@ func startDaemon(t testing.TB) *daemon {
 		err := c.Health(ctx)
 		cancel()
 		if err == nil {
-			b, err := os.ReadFile(filepath.Join(state, "admin.key"))
-			if err != nil {
-				t.Fatalf("the daemon's first admin key: %v", err)
-			}
-			daemonKeys.Store(d.url, strings.TrimSpace(string(b)))
+			daemonKeys.Store(d.url, testutil.AdminKey(t, state))
 			c = mustClient(t, d.url)
 			d.client = c
 			return d

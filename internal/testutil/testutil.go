@@ -247,3 +247,14 @@ func FreeAddr(t testing.TB) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// AdminKey is the admin API key a daemon wrote to admin.key in its state
+// dir on its first start.
+func AdminKey(t testing.TB, state string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(state, "admin.key"))
+	if err != nil {
+		t.Fatalf("the daemon's first admin key: %v", err)
+	}
+	return strings.TrimSpace(string(b))
+}
