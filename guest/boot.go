@@ -66,6 +66,12 @@ func check() error {
 // PipeBootstrapFD and reports readiness, or why it failed, on PipeStatusFD.
 func bootPipe(ctx context.Context, log *slog.Logger) error {
 	status := os.NewFile(guestapi.PipeStatusFD, "status")
+	// The bounding set's drops need nothing of the bootstrap: made before
+	// it is read, they overlap the runtime's filling of the sandbox's
+	// directory (prepare then finds them made).
+	if err := capability.DropBounding(capability.Default()); err != nil {
+		return reportFailure(status, fmt.Errorf("drop capabilities: %w", err))
+	}
 	b, passed, err := receiveBootstrap(guestapi.PipeBootstrapFD)
 	if err != nil {
 		return reportFailure(status, fmt.Errorf("read bootstrap: %w", err))

@@ -272,7 +272,10 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (*runtime.Insta
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	return r.Host.Create(ctx, spec, r.log, func(dir string) (*runtime.Instance, error) {
+	return r.Host.Create(ctx, spec, r.log, func(dir string, fill func(context.Context) error) (*runtime.Instance, error) {
+		if err := fill(ctx); err != nil {
+			return nil, err
+		}
 		if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o700); err != nil {
 			return nil, fmt.Errorf("make rootfs: %w", err)
 		}

@@ -288,19 +288,20 @@ func CheckSpec(name string, caps runtime.Capabilities, spec runtime.Spec) error 
 	return nil
 }
 
-// makeSandbox makes sandbox spec's directory: owned by the daemon, its
-// group the sandbox's root; a ctl directory of the sandbox's root for the
-// guest's control socket; the writable layer (on a disk of its own with a
-// disk limit) holding the spec's files. It returns the directory and an
-// undo that removes all of it (for a create that fails later); on error
-// nothing is left.
-func (h *Host) makeSandbox(ctx context.Context, spec runtime.Spec) (dir string, undo func() error, err error) {
+// makeSandbox makes sandbox spec's directory, owned by the daemon, its
+// group the sandbox's root, and returns fill, which makes what goes in it:
+// a ctl directory of the sandbox's root for the guest's control socket, and
+// the writable layer (on a disk of its own with a disk limit) holding the
+// spec's files. A runtime may fill it while its guest starts (they do not
+// depend on each other until the bootstrap). undo removes all of it, filled
+// or not (for a create that fails later); on error nothing is left.
+func (h *Host) makeSandbox(spec runtime.Spec) (dir string, fill func(context.Context) error, undo func() error, err error) {
 	dir = h.SandboxDir(spec.ID)
 	if err := os.Mkdir(dir, 0o710); err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return "", nil, errdefs.New(errdefs.AlreadyExists, "sandbox %q already has a directory", spec.ID)
+			return "", nil, nil, errdefs.New(errdefs.AlreadyExists, "sandbox %q already has a directory", spec.ID)
 		}
-		return "", nil, fmt.Errorf("make sandbox dir: %w", err)
+		return "", nil, nil, fmt.Errorf("make sandbox dir: %w", err)
 	}
 	undo = func() error {
 		uerr := layer.UnmountDisk(dir)
@@ -309,26 +310,21 @@ func (h *Host) makeSandbox(ctx context.Context, spec runtime.Spec) (dir string, 
 		}
 		return errors.Join(uerr, os.RemoveAll(dir))
 	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, undo())
-		}
-	}()
 	root := int(spec.Users.HostID)
 	if err := os.Chown(dir, 0, root); err != nil {
-		return "", nil, fmt.Errorf("chown sandbox dir: %w", err)
+		return "", nil, nil, errors.Join(fmt.Errorf("chown sandbox dir: %w", err), undo())
 	}
-	if err := layer.MakeDir(filepath.Join(dir, "ctl"), 0o700, root); err != nil {
-		return "", nil, err
+	fill = func(ctx context.Context) error {
+		if err := layer.MakeDir(filepath.Join(dir, "ctl"), 0o700, root); err != nil {
+			return err
+		}
+		upper, err := layer.Make(ctx, dir, spec.Limits.DiskBytes, root)
+		if err != nil {
+			return err
+		}
+		return layer.WriteFiles(upper, spec.Hostname, spec.Files, root)
 	}
-	upper, err := layer.Make(ctx, dir, spec.Limits.DiskBytes, root)
-	if err != nil {
-		return "", nil, err
-	}
-	if err := layer.WriteFiles(upper, spec.Hostname, spec.Files, root); err != nil {
-		return "", nil, err
-	}
-	return dir, undo, nil
+	return dir, fill, undo, nil
 }
 
 // HostLimits are this host's ceilings of one sandbox's CPUs and memory, and
@@ -362,14 +358,15 @@ func (h *Host) ReadyToStart(spec runtime.Spec) error {
 }
 
 // Create makes sandbox spec's directory (makeSandbox) and has boot start
-// the sandbox in it; if boot fails, the directory goes (and a failure to
-// remove it is logged).
-func (h *Host) Create(ctx context.Context, spec runtime.Spec, log *slog.Logger, boot func(dir string) (*runtime.Instance, error)) (*runtime.Instance, error) {
-	dir, undo, err := h.makeSandbox(ctx, spec)
+// the sandbox in it; boot calls fill, which fills the directory, before
+// its guest needs what is in it. If boot fails, the directory goes (and a
+// failure to remove it is logged).
+func (h *Host) Create(ctx context.Context, spec runtime.Spec, log *slog.Logger, boot func(dir string, fill func(context.Context) error) (*runtime.Instance, error)) (*runtime.Instance, error) {
+	dir, fill, undo, err := h.makeSandbox(spec)
 	if err != nil {
 		return nil, err
 	}
-	inst, err := boot(dir)
+	inst, err := boot(dir, fill)
 	if err != nil {
 		if uerr := undo(); uerr != nil {
 			log.Error("failed create: remove the sandbox's directory", "sandbox", spec.ID, "err", uerr)

@@ -303,16 +303,15 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (*runtime.Insta
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	return r.Host.Create(ctx, spec, r.log, func(string) (*runtime.Instance, error) { return r.boot(ctx, spec) })
+	return r.Host.Create(ctx, spec, r.log, func(_ string, fill func(context.Context) error) (*runtime.Instance, error) {
+		return r.boot(ctx, spec, fill)
+	})
 }
 
 // Start implements runtime.Stopper: it boots a stopped sandbox again on its
 // kept writable layer.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instance, error) {
 	if err := r.checkSpec(spec); err != nil {
-		return nil, err
-	}
-	if err := r.ReadyToStart(spec); err != nil {
 		return nil, err
 	}
 	// A cgroup left by an init that died on its own is cleared first.
@@ -324,12 +323,16 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 			return nil, fmt.Errorf("clear stale cgroup: %w", err)
 		}
 	}
-	return r.boot(ctx, spec)
+	return r.boot(ctx, spec, func(context.Context) error { return r.ReadyToStart(spec) })
 }
 
-// boot creates the cgroup and starts the guest on the sandbox's existing
-// directory. On error it leaves no cgroup or process behind.
-func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Instance, err error) {
+// boot creates the cgroup and starts the guest in the sandbox's directory,
+// and has fill ready the directory's contents (the writable layer, the
+// spec's files) while the guest starts: its runtime and its bounding set's
+// drops (about 1.5 ms) need nothing of them, and the bootstrap, which
+// names them, is sent after. On error it leaves no cgroup or process
+// behind.
+func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context.Context) error) (_ *runtime.Instance, err error) {
 	t0 := time.Now()
 	var undo []func()
 	defer func() {
@@ -405,6 +408,11 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec) (_ *runtime.Insta
 	if err := r.setOpenFiles(spec.ID, spec.Limits.OpenFiles); err != nil {
 		return nil, err
 	}
+	tFill := time.Now()
+	if err := fill(ctx); err != nil {
+		return nil, err
+	}
+	r.log.Debug("fill", "sandbox", spec.ID, "took", time.Since(tFill))
 
 	upper, work := layer.Dirs(dir)
 	mounts := make([]guestapi.Mount, len(spec.Mounts))
