@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ type daemon struct {
 	bin    string
 	url    string
 	pool   int
+	spares int // guests started ahead (serve --spare-guests, default 2)
 	state  string
 	cmd    *exec.Cmd
 	client *client.Client
@@ -75,7 +77,11 @@ func startDaemon(ctx context.Context, bin, work, name string, pool int, log *slo
 		cmd.Wait()
 		return nil, err
 	}
-	d := &daemon{bin: bin, url: url, pool: pool, state: state, cmd: cmd, client: c,
+	spares := 2
+	if i := slices.Index(flags, "--spare-guests"); i >= 0 && i+1 < len(flags) {
+		spares, _ = strconv.Atoi(flags[i+1])
+	}
+	d := &daemon{bin: bin, url: url, pool: pool, spares: spares, state: state, cmd: cmd, client: c,
 		http: &http.Client{Timeout: 10 * time.Second}, log: log.With("daemon", name), ids: map[string]bool{}}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if err := c.Health(ctx); err == nil {
@@ -172,47 +178,60 @@ func (d *daemon) close() {
 // settle waits, outside any clock, until the warm pool is full, so that no
 // refill runs during another subject's sample.
 func (d *daemon) settle(ctx context.Context) error {
-	if d.pool == 0 {
+	if d.pool == 0 && d.spares == 0 {
 		return nil
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		n, err := d.pooled(ctx)
-		if err == nil && n >= d.pool {
+		pooled, spares, err := d.ready(ctx)
+		if err == nil && pooled >= d.pool && spares >= d.spares {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("warm pool not refilled in 30 s (%d of %d; %v)", n, d.pool, err)
+			return fmt.Errorf("warm pool and spares not refilled in 30 s (pooled %d of %d, spares %d of %d; %v)", pooled, d.pool, spares, d.spares, err)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 }
 
-// pooled reads the number of warm sandboxes from the daemon's metrics.
-func (d *daemon) pooled(ctx context.Context) (int, error) {
+// ready reads the number of warm sandboxes and of spare guests from the
+// daemon's metrics.
+func (d *daemon) ready(ctx context.Context) (pooled, spares int, err error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", d.url+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+d.key)
 	resp, err := d.http.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
+	found := 0
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), `berth_sandboxes{state="pooled"} `); ok {
-			return strconv.Atoi(strings.TrimSpace(v))
+			pooled, err = strconv.Atoi(strings.TrimSpace(v))
+			found++
+		}
+		if v, ok := strings.CutPrefix(sc.Text(), `berth_spare_guests{runtime="native"} `); ok {
+			spares, err = strconv.Atoi(strings.TrimSpace(v))
+			found++
+		}
+		if err != nil {
+			return 0, 0, err
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return 0, errors.New("no berth_sandboxes{state=\"pooled\"} in /metrics")
+	if found < 2 {
+		return 0, 0, errors.New(`no berth_sandboxes{state="pooled"} or berth_spare_guests{runtime="native"} in /metrics`)
+	}
+	return pooled, spares, nil
 }
 
 // createEcho is berth's "start isolated, print hi": a create (of image;

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,7 +63,8 @@ type suite struct {
 	cfg   config
 	log   *slog.Logger
 	warm  *daemon // the default: a warm pool of 2
-	cold  *daemon // no warm pool: every create boots
+	cold  *daemon // no warm pool: every create boots (on a spare guest when one is ready)
+	bare  *daemon // no warm pool, no spare guests: every create spawns its guest
 	res   *Results
 	undos []func()
 }
@@ -85,15 +87,20 @@ func measure(ctx context.Context, cfg config, log *slog.Logger) (*Results, error
 		return nil, err
 	}
 	s.undos = append(s.undos, s.cold.close)
+	if s.bare, err = startDaemon(ctx, cfg.berth, cfg.work, "berth-bare", 0, log, "--spare-guests", "0"); err != nil {
+		return nil, err
+	}
+	s.undos = append(s.undos, s.bare.close)
 
 	subjects := []subject{
 		apiSubject("berth", s.warm, false),
 		apiSubject("berth, no warm pool", s.cold, false),
+		apiSubject("berth, no warm pool, no spares", s.bare, false),
 		apiSubject("berth, delete in the clock", s.warm, true),
 		cliSubject(s.warm),
 	}
-	// One berth API row is enough for exec: these two differ only in create.
-	subjects[1].boot, subjects[2].boot = nil, nil
+	// One berth API row is enough for exec: these differ only in create.
+	subjects[1].boot, subjects[2].boot, subjects[3].boot = nil, nil, nil
 	subjects = append(subjects, bareSubject())
 	if cfg.peers {
 		peers, err := s.peers(ctx)
@@ -217,7 +224,9 @@ func (s *suite) interleave(ctx context.Context, subjects []subject, rounds int, 
 // starts measures "start isolated, print hi" for every subject.
 func (s *suite) starts(ctx context.Context, subjects []subject) error {
 	live := measurable(subjects)
-	got := s.interleave(ctx, live, s.cfg.rounds, s.warm.settle, func(ctx context.Context, sub subject) (func(), error) { return sub.once(ctx) })
+	// Each sample starts with the warm pool and the spare guests refilled.
+	settle := func(ctx context.Context) error { return errors.Join(s.warm.settle(ctx), s.cold.settle(ctx)) }
+	got := s.interleave(ctx, live, s.cfg.rounds, settle, func(ctx context.Context, sub subject) (func(), error) { return sub.once(ctx) })
 	const name = "create → first exec output (`echo hi`), sequential"
 	s.res.Metrics = append(s.res.Metrics, rows("start", name, subjects, got, "berth", s.cfg.rounds, map[string]*Target{
 		"berth":    {Stat: "p50", AtMost: true, Limit: 10},

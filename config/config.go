@@ -59,6 +59,9 @@ type Config struct {
 	// WarmPool are warm pools: "N" for the default image, "IMAGE=N" for
 	// another.
 	WarmPool []string `yaml:"warm-pool"`
+	// SpareGuests is how many sandbox inits are kept started ahead of time,
+	// for any image and spec (0: none).
+	SpareGuests int `yaml:"spare-guests"`
 	// InsecureRegistries are registries (host[:port]) spoken to over plain
 	// HTTP.
 	InsecureRegistries []string `yaml:"insecure-registry"`
@@ -107,6 +110,7 @@ func (c *Config) Bind(f *pflag.FlagSet) {
 	f.DurationVar(&c.DefaultArchiveAfter, "default-archive-after", 0, "archive sandboxes' files (compressed, their directory freed until start) this long after they stopped, unless they set their own (0: never)")
 	f.DurationVar(&c.DefaultMaxLifetime, "default-max-lifetime", 0, "stop sandboxes this long after creation, unless they set their own (0: never)")
 	f.StringArrayVar(&c.WarmPool, "warm-pool", []string{"2"}, "N: sandboxes of the default image kept booted ahead of time, so a create is a hand-over (0: none); IMAGE=N: a pool of another image (repeatable)")
+	f.IntVar(&c.SpareGuests, "spare-guests", 2, "sandbox inits kept started ahead of time for any image and spec (namespaces, cgroup, runtime; no files): a create without a warm pool skips the spawn (0: none)")
 	f.StringArrayVar(&c.InsecureRegistries, "insecure-registry", nil, "a registry (host[:port]) spoken to over plain HTTP (repeatable; loopback ones always are)")
 	f.BoolVar(&c.NoSeccomp, "no-seccomp", false, "do not install the seccomp profile in sandboxes (debugging only)")
 	f.BoolVar(&c.NoIDMappedLayers, "no-idmapped-layers", false, "give sandboxes shifted copies of image layers (one per id range) even where the kernel can idmap them")
@@ -140,6 +144,10 @@ func (c *Config) Daemon() (daemon.Config, error) {
 		}
 		d.ExecOutputBudget = n
 	}
+	if c.SpareGuests < 0 {
+		return daemon.Config{}, fmt.Errorf("spare-guests %d: want 0 or more", c.SpareGuests)
+	}
+	d.SpareGuests = c.SpareGuests
 	for _, p := range c.WarmPool {
 		img, size, named := strings.Cut(p, "=")
 		if !named {

@@ -76,6 +76,9 @@ type Config struct {
 	WarmPool int
 	// WarmPools are pools of other images, by image reference.
 	WarmPools map[string]int
+	// SpareGuests is how many inits are kept started ahead of their
+	// sandboxes (sandbox.Config.SpareGuests).
+	SpareGuests int
 	// InsecureRegistries are registries (host[:port]) spoken to over plain
 	// HTTP. Credentials for private ones come from the daemon's Docker
 	// configuration ($DOCKER_CONFIG/config.json and credential helpers).
@@ -223,7 +226,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		}
 	}
 	m, err = sandbox.New(sandbox.Config{DefaultRuntime: cfg.DefaultRuntime, Unavailable: unavailable, IDMap: cfg.IDMap,
-		DefaultLimits: cfg.DefaultLimits, DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool, WarmPools: cfg.WarmPools,
+		DefaultLimits: cfg.DefaultLimits, DefaultTimeouts: cfg.DefaultTimeouts, WarmPool: cfg.WarmPool, WarmPools: cfg.WarmPools, SpareGuests: cfg.SpareGuests,
 		ExecOutputBudget: cfg.ExecOutputBudget, DefaultNetwork: cfg.Network.Default,
 		Network: netSvc, NetworkUnavailable: noNet}, st, d.Runtimes, images, log)
 	if err != nil {

@@ -118,18 +118,32 @@ func (d *daemon) sandboxDirs() int {
 }
 
 // guests counts the running guests of this daemon's sandboxes: processes
-// whose program is the guest binary installed under its state dir. (Other
-// tests' daemons, in this package or another run in parallel, have their
-// own guests.)
+// whose program is the guest binary installed under its state dir, but for
+// spares (whose output is a log among the spares'). (Other tests' daemons,
+// in this package or another run in parallel, have their own guests.)
 func (d *daemon) guests() int {
 	n := 0
+	spares := filepath.Join(d.state, "runtimes", "native", "spares") + string(filepath.Separator)
 	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
 	for _, exe := range exes {
 		if target, err := os.Readlink(exe); err == nil && strings.HasPrefix(target, d.state+string(filepath.Separator)) {
+			if out, err := os.Readlink(filepath.Join(filepath.Dir(exe), "fd", "1")); err == nil && strings.HasPrefix(out, spares) {
+				continue
+			}
 			n++
 		}
 	}
 	return n
+}
+
+// spares lists the ids of this daemon's ready spare guests.
+func (d *daemon) spares() []string {
+	logs, _ := filepath.Glob(filepath.Join(d.state, "runtimes", "native", "spares", "*.log"))
+	ids := make([]string, len(logs))
+	for i, l := range logs {
+		ids[i] = strings.TrimSuffix(filepath.Base(l), ".log")
+	}
+	return ids
 }
 
 // kill9 kills the daemon the hard way; sandboxes must survive it.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,4 +61,56 @@ func TestWarmPoolHandOver(t *testing.T) {
 	if n := d.guests(); n != 0 {
 		t.Fatalf("%d guests left after a graceful stop", n)
 	}
+}
+
+// TestSpareGuests: the daemon keeps two guests started ahead (spares); a
+// create boots on one, with its own limits, and another takes its place.
+// A daemon killed with -9 takes its spares along (they end with their
+// bootstrap socket), and the next one clears their cgroups and logs.
+func TestSpareGuests(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	waitFor(t, 10*time.Second, func() bool { return len(d.spares()) == 2 })
+	before := d.spares()
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{User: "root", Limits: api.Limits{Pids: 77}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(before, sb.ID) {
+		t.Fatalf("sandbox %s did not boot on a spare (spares: %v)", sb.ID, before)
+	}
+	if out := mustExec(t, d.client, sb.ID, "hostname; cat /sys/fs/cgroup/pids.max 2>/dev/null || echo none"); !strings.HasPrefix(out, sb.ID+"\n") {
+		t.Fatalf("inside: %q", out)
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/pids/berth/" + sb.ID + "/pids.max"); err == nil && strings.TrimSpace(string(b)) != "77" {
+		t.Fatalf("the spare's sandbox has pids.max %q, want 77", b)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		now := d.spares()
+		return len(now) == 2 && !slices.Contains(now, sb.ID)
+	})
+
+	old := d.spares()
+	d.kill9()
+	waitFor(t, 10*time.Second, func() bool {
+		for _, id := range old {
+			if b, err := os.ReadFile("/sys/fs/cgroup/pids/berth/" + id + "/cgroup.procs"); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	d.start()
+	for _, id := range old {
+		if tr := d.traces(id); len(tr) > 0 {
+			t.Fatalf("spare %s of the killed daemon left %v", id, tr)
+		}
+	}
+	if out := mustExec(t, d.client, sb.ID, "echo alive"); out != "alive\n" {
+		t.Fatalf("the sandbox after the restart: %q", out)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		now := d.spares()
+		return len(now) == 2 && !slices.Contains(now, old[0]) && !slices.Contains(now, old[1])
+	})
 }

@@ -85,22 +85,58 @@ func mountRoot(root guestapi.Root, passed []int) (string, error) {
 		fds = append(fds, fd)
 		lower[i] = fdPath(fd)
 	}
-	upper, err := openDir("upper layer", root.Upper)
-	if err != nil {
-		return "", err
+	writable := -1 // the passed mount holding upper and work, if any
+	if root.Writable != "" {
+		n, ok := guestapi.ParsePassedLayer(root.Writable)
+		if !ok || n < 0 || n >= len(passed) {
+			return "", fmt.Errorf("root: writable %q: %d mounts were passed", root.Writable, len(passed))
+		}
+		if !filepath.IsLocal(root.Upper) || !filepath.IsLocal(root.Work) {
+			return "", fmt.Errorf("root: upper %q and work %q must be names within the writable mount", root.Upper, root.Work)
+		}
+		writable = passed[n]
 	}
-	fds = append(fds, upper)
-	work, err := openDir("work dir", root.Work)
-	if err != nil {
-		return "", err
+	openWritable := func() (upper, work int, err error) {
+		if upper, err = openDir("upper layer", root.Upper); err != nil {
+			return -1, -1, err
+		}
+		fds = append(fds, upper)
+		if work, err = openDir("work dir", root.Work); err != nil {
+			return -1, -1, err
+		}
+		fds = append(fds, work)
+		return upper, work, nil
 	}
-	fds = append(fds, work)
+	var (
+		upper, work int
+		err         error
+	)
+	if writable < 0 {
+		if upper, work, err = openWritable(); err != nil {
+			return "", err
+		}
+	}
 
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return "", fmt.Errorf("make mounts private: %w", err)
 	}
 	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size=64k"); err != nil {
 		return "", fmt.Errorf("mount staging tmpfs: %w", err)
+	}
+	if writable >= 0 {
+		// Upper and work are names within it (local, checked above); the
+		// sandbox never sees the mount's root, only upper's contents.
+		p := filepath.Join(stage, "writable")
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return "", fmt.Errorf("make staging writable: %w", err)
+		}
+		if err := unix.MoveMount(writable, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return "", fmt.Errorf("move passed writable mount into place: %w", err)
+		}
+		root.Upper, root.Work = filepath.Join(p, root.Upper), filepath.Join(p, root.Work)
+		if upper, work, err = openWritable(); err != nil {
+			return "", err
+		}
 	}
 	for i, fd := range moved {
 		p := filepath.Join(stage, "layer"+strconv.Itoa(i))

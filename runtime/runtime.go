@@ -230,6 +230,27 @@ type Runtime interface {
 	Delete(ctx context.Context, id string, state json.RawMessage) error
 }
 
+// Spares is a runtime that can start sandboxes' guests ahead of time: a
+// spare has its namespaces, cgroup and started runtime, and waits for its
+// sandbox's bootstrap, so that a create that finds one skips the spawn.
+// Each spare is made for a sandbox id and id map given in advance (the
+// manager's), and serves only a Create of that id and map.
+type Spares interface {
+	// KeepSpares keeps n spares until ctx ends, then ends those not handed
+	// out and returns. reserve gives each new spare its sandbox id and id
+	// map; release takes back one whose spare ended unused.
+	KeepSpares(ctx context.Context, n int, reserve func() (id string, users IDMap, err error), release func(id string))
+	// ReadySpares is how many spares are ready now.
+	ReadySpares() int
+	// TakeSpare hands out a ready spare's sandbox id; the next Create of
+	// that id boots on it. ok is false when none is ready.
+	TakeSpare() (id string, ok bool)
+	// DiscardSpare ends spare id, handed out but not to be created (its
+	// create failed before the runtime's Create). Its id map stays the
+	// caller's.
+	DiscardSpare(id string)
+}
+
 // Stopper is a runtime that can stop a sandbox and start it again with the
 // same files (and, as far as the runtime can, the same identity).
 type Stopper interface {

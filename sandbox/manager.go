@@ -51,6 +51,10 @@ type Config struct {
 	// WarmPools are pools of other images (on the default runtime), by
 	// image reference.
 	WarmPools map[string]int
+	// SpareGuests is how many guests each runtime that can (runtime.Spares)
+	// keeps started ahead of their sandboxes, for any image and spec: a
+	// create that finds one skips the spawn (0: none).
+	SpareGuests int
 	// SweepInterval is how often timeouts are checked (default 1s).
 	SweepInterval time.Duration
 	// UsageInterval is how often running sandboxes are sampled for the
@@ -288,7 +292,36 @@ func (m *Manager) Start(ctx context.Context) error {
 	go m.sweeper()
 	go m.meterLoop()
 	m.startPool()
+	m.startSpares()
 	return nil
+}
+
+// startSpares has each runtime that can keep cfg.SpareGuests spares, each
+// for a new sandbox id holding its id range from now on.
+func (m *Manager) startSpares() {
+	if m.cfg.SpareGuests <= 0 {
+		return
+	}
+	reserve := func() (string, runtime.IDMap, error) {
+		id, err := newID()
+		if err != nil {
+			return "", runtime.IDMap{}, err
+		}
+		n, err := m.ranges.take(id)
+		if err != nil {
+			return "", runtime.IDMap{}, err
+		}
+		return id, m.cfg.IDMap.Range(n), nil
+	}
+	for _, t := range m.tiers {
+		if sp, ok := t.rt.(runtime.Spares); ok {
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				sp.KeepSpares(m.ctx, m.cfg.SpareGuests, reserve, m.ranges.release)
+			}()
+		}
+	}
 }
 
 // settleStopped makes sure nothing of a sandbox runs and records it stopped.
@@ -529,14 +562,17 @@ func (m *Manager) boot(ctx context.Context, tenant, state string, req api.Create
 	if err != nil {
 		return api.Sandbox{}, "", err
 	}
-	id, err := newID()
+	id, idRange, spare, err := m.newSandboxID(t, state)
 	if err != nil {
 		return api.Sandbox{}, "", err
 	}
-	idRange, err := m.ranges.take(id)
-	if err != nil {
-		return api.Sandbox{}, "", err
-	}
+	// Until the runtime's Create has the spare, a failure ends it.
+	unclaimed := spare
+	defer func() {
+		if unclaimed != nil {
+			unclaimed.DiscardSpare(id)
+		}
+	}()
 	specJSON, err := json.Marshal(req)
 	if err != nil {
 		m.ranges.release(id)
@@ -569,6 +605,7 @@ func (m *Manager) boot(ctx context.Context, tenant, state string, req api.Create
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
 	defer cancel()
+	unclaimed = nil // Create boots on it or ends it
 	inst, err := t.rt.Create(cctx, spec)
 	if err != nil {
 		return fail(err)
@@ -592,6 +629,27 @@ func (m *Manager) boot(ctx context.Context, tenant, state string, req api.Create
 	rec.State = state
 	m.emit(id, api.SandboxCreated)
 	return toAPI(rec, req), id, nil
+}
+
+// newSandboxID gives a new sandbox its id and id range: a spare's when
+// tier t keeps spares and one is ready (spare is then t's runtime), else
+// new ones. The warm pool, which boots ahead of time anyway, takes none.
+func (m *Manager) newSandboxID(t *tier, state string) (id string, idRange uint32, spare runtime.Spares, err error) {
+	if sp, ok := t.rt.(runtime.Spares); ok && state != statePooled {
+		if id, ok := sp.TakeSpare(); ok {
+			if n, ok := m.ranges.held(id); ok {
+				return id, n, sp, nil
+			}
+			sp.DiscardSpare(id) // not expected: a spare's id holds its range until it ends
+		}
+	}
+	if id, err = newID(); err != nil {
+		return "", 0, nil, err
+	}
+	if idRange, err = m.ranges.take(id); err != nil {
+		return "", 0, nil, err
+	}
+	return id, idRange, nil, nil
 }
 
 // drop forgets a live sandbox's connection and ends its network.

@@ -36,6 +36,14 @@ func (r *idRanges) take(id string) (uint32, error) {
 	return 0, errdefs.New(errdefs.ResourceExhausted, "every one of the %d id ranges is held by a sandbox: delete one", r.max-1)
 }
 
+// held returns the range sandbox id holds (a spare's, taken in advance).
+func (r *idRanges) held(id string) (uint32, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, ok := r.of[id]
+	return n, ok
+}
+
 // hold records that sandbox id holds range n (read from the store).
 func (r *idRanges) hold(id string, n uint32) {
 	if n == 0 {

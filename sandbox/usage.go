@@ -159,6 +159,11 @@ var metricDescs = sync.OnceValues(func() (*prometheus.Desc, []usageMetric) {
 	}
 })
 
+// sparesDesc is the spare guests ready, by runtime.
+var sparesDesc = sync.OnceValue(func() *prometheus.Desc {
+	return prometheus.NewDesc("berth_spare_guests", "Guests started ahead of their sandboxes, ready for a create (serve --spare-guests).", []string{"runtime"}, nil)
+})
+
 // tenantDescs are the tenants' usage counters, what a team bills on.
 var tenantDescs = sync.OnceValue(func() []tenantMetric {
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
@@ -189,6 +194,7 @@ type collector struct{ m *Manager }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	sandboxes, usage := metricDescs()
 	ch <- sandboxes
+	ch <- sparesDesc()
 	for _, u := range usage {
 		ch <- u.desc
 	}
@@ -237,6 +243,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for st, n := range states {
 		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, float64(n), st)
+	}
+	for name, t := range m.tiers {
+		if sp, ok := t.rt.(runtime.Spares); ok {
+			ch <- prometheus.MustNewConstMetric(sparesDesc(), prometheus.GaugeValue, float64(sp.ReadySpares()), name)
+		}
 	}
 	m.ten.mu.Lock()
 	usage := make([]api.TenantUsage, 0, len(m.ten.usage))

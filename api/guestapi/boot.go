@@ -42,9 +42,15 @@ type Root struct {
 	// Bootstrap (BootPipe), already idmapped to the sandbox's range.
 	Layers []string `json:"layers"`
 	// Upper and Work are the writable layer and overlayfs's scratch
-	// directory, on the same file system.
+	// directory, on the same file system: paths, or with Writable, names
+	// within it.
 	Upper string `json:"upper"`
 	Work  string `json:"work"`
+	// Writable, when set, is PassedLayer(i): the mount of the file system
+	// that holds Upper and Work (a sandbox's disk of its own), passed
+	// because the runtime may mount it after the guest's mount namespace
+	// was made.
+	Writable string `json:"writable,omitempty"`
 	// Mounts are bound into the root after it is assembled, in order.
 	Mounts []Mount `json:"mounts,omitempty"`
 }

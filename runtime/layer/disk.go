@@ -27,12 +27,28 @@ const (
 	diskMount = "disk"
 )
 
+// DiskRoot is the mount point of sandbox directory dir's disk, when it has
+// one: the file system that holds upper and work (named DiskUpper and
+// DiskWork in it).
+func DiskRoot(dir string) (string, bool) {
+	if _, err := os.Stat(filepath.Join(dir, diskImage)); err != nil {
+		return "", false
+	}
+	return filepath.Join(dir, diskMount), true
+}
+
+// DiskUpper and DiskWork are the upper and work directories in a disk.
+const (
+	DiskUpper = "upper"
+	DiskWork  = "work"
+)
+
 // Dirs returns the overlay upper and work directories of a sandbox.
 func Dirs(dir string) (upper, work string) {
-	if _, err := os.Stat(filepath.Join(dir, diskImage)); err == nil {
-		dir = filepath.Join(dir, diskMount)
+	if disk, ok := DiskRoot(dir); ok {
+		dir = disk
 	}
-	return filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+	return filepath.Join(dir, DiskUpper), filepath.Join(dir, DiskWork)
 }
 
 // DiskSupport says why this host cannot give sandboxes disks of their own,

@@ -65,6 +65,8 @@ type Runtime struct {
 
 	// watcher watches the inits of re-attached sandboxes.
 	watcher *hostproc.Watcher
+
+	spares *spareSet // guests started ahead of their sandboxes
 }
 
 // persisted is the runtime-private state the manager keeps for each sandbox.
@@ -132,7 +134,11 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
-	r := &Runtime{Host: &local.Host{StateDir: cfg.StateDir, Cgroups: cg}, cfg: cfg, opts: opts, log: cfg.Log, watcher: w}
+	r := &Runtime{Host: &local.Host{StateDir: cfg.StateDir, Cgroups: cg}, cfg: cfg, opts: opts, log: cfg.Log, watcher: w, spares: newSpareSet()}
+	if err := r.clearSpares(); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("native runtime: %w", err)
+	}
 	r.caps = capabilities(cfg.StateDir)
 	if why := cg.CanFreeze(); why != "" {
 		r.caps.Missing["pause"] = why
@@ -202,6 +208,7 @@ var (
 	_ runtime.Updater       = (*Runtime)(nil)
 	_ runtime.StatsProvider = (*Runtime)(nil)
 	_ runtime.Differ        = (*Runtime)(nil)
+	_ runtime.Spares        = (*Runtime)(nil)
 )
 
 // SetLimits implements runtime.Updater: the kernel applies new limits to a
@@ -292,14 +299,20 @@ func (r *Runtime) checkSpec(spec runtime.Spec) error {
 	if err := local.CheckSpec(Name, r.caps, spec); err != nil {
 		return err
 	}
-	if spec.Root.IDMapped && len(spec.Root.Layers) > guestapi.MaxPassed {
-		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: %d layers, over the %d the native runtime mounts", spec.ID, len(spec.Root.Layers), guestapi.MaxPassed)
+	// Passed as mounts: the layers, and a disk.
+	if spec.Root.IDMapped && len(spec.Root.Layers) >= guestapi.MaxPassed {
+		return errdefs.New(errdefs.InvalidArgument, "sandbox %s: %d layers, over the %d the native runtime mounts", spec.ID, len(spec.Root.Layers), guestapi.MaxPassed-1)
 	}
 	return nil
 }
 
 // Create implements runtime.Runtime.
-func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (*runtime.Instance, error) {
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Instance, err error) {
+	defer func() {
+		if err != nil {
+			r.DiscardSpare(spec.ID) // handed out for this create, unclaimed
+		}
+	}()
 	if err := r.checkSpec(spec); err != nil {
 		return nil, err
 	}
@@ -326,12 +339,12 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 	return r.boot(ctx, spec, func(context.Context) error { return r.ReadyToStart(spec) })
 }
 
-// boot creates the cgroup and starts the guest in the sandbox's directory,
-// and has fill ready the directory's contents (the writable layer, the
-// spec's files) while the guest starts: its runtime and its bounding set's
-// drops (about 1.5 ms) need nothing of them, and the bootstrap, which
-// names them, is sent after. On error it leaves no cgroup or process
-// behind.
+// boot starts the sandbox's guest, on a spare started for it (claimSpare)
+// or on a new one in a new cgroup, and has fill ready the directory's
+// contents (the writable layer, the spec's files) while the guest starts:
+// its runtime and its bounding set's drops (about 1.5 ms) need nothing of
+// them, and the bootstrap, which names them, is sent after. On error it
+// leaves no cgroup or process behind.
 func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context.Context) error) (_ *runtime.Instance, err error) {
 	t0 := time.Now()
 	var undo []func()
@@ -346,64 +359,38 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 		}
 	}()
 	dir := r.SandboxDir(spec.ID)
-	tDirs := time.Now()
-	cg, err := r.Cgroups.Create(spec.ID)
-	if err != nil {
-		return nil, fmt.Errorf("create cgroup: %w", err)
-	}
-	undo = append(undo, func() {
-		r.Forget(spec.ID)
-		if err := cg.Kill(); err != nil {
-			r.log.Error("failed boot: kill cgroup", "sandbox", spec.ID, "err", err)
+	logPath := filepath.Join(dir, "guest.log")
+	limits := cgroupLimits(spec.Limits)
+	g := r.claimSpare(spec.ID, spec.Users)
+	if g != nil {
+		undo = append(undo, func() {
+			g.end(r.log, spec.ID)
+			os.Remove(r.spareLog(spec.ID)) // if it was not moved
+		})
+		if err := os.Rename(r.spareLog(spec.ID), logPath); err != nil {
+			return nil, fmt.Errorf("move the spare guest's log: %w", err)
 		}
-		if err := cg.Remove(); err != nil {
-			r.log.Error("failed boot: remove cgroup", "sandbox", spec.ID, "err", err)
+		if err := g.cg.Set(limits); err != nil {
+			return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
 		}
-	})
-	r.Remember(spec.ID, cg)
-	if err := cg.Set(cgroupLimits(spec.Limits)); err != nil {
-		return nil, errdefs.Wrap(errdefs.InvalidArgument, err, "apply limits")
+	} else {
+		if g, err = r.spawn(spec.ID, spec.Users, logPath, &limits); err != nil {
+			return nil, err
+		}
+		undo = append(undo, func() { g.end(r.log, spec.ID) })
 	}
-
-	tCgroup := time.Now()
+	defer g.bootSock.Close()
+	defer g.statusR.Close()
+	r.Remember(spec.ID, g.cg)
+	undo = append(undo, func() { r.Forget(spec.ID) })
+	tStart := time.Now()
 	token, err := local.Token()
 	if err != nil {
 		return nil, err
 	}
-	cmd, bootSock, statusR, err := r.guestCommand(dir, spec.Users)
-	if err != nil {
-		return nil, err
-	}
-	defer bootSock.Close()
-	defer statusR.Close()
-	tPlace := time.Now()
-	err = cg.Start(cmd, ownedBy(spec.Users.HostID))
-	r.log.Debug("cgroup start", "took", time.Since(tPlace))
-	for _, f := range cmd.ExtraFiles {
-		f.Close()
-	}
-	if out, ok := cmd.Stdout.(*os.File); ok {
-		out.Close()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("start guest: %w", err)
-	}
-	tStart := time.Now()
-	pid := cmd.Process.Pid
+	pid, exited, bootSock, statusR := g.cmd.Process.Pid, g.exited, g.bootSock, g.statusR
 	r.inits.Store(spec.ID, initProc{pid: pid, owner: spec.Users.HostID})
 	undo = append(undo, func() { r.inits.Delete(spec.ID) })
-	exited := make(chan struct{})
-	// Owns the child: reaps it and reports its exit. It lives as long as the
-	// sandbox, which outlives the daemon: Close does not wait for it (when
-	// the daemon exits, the kernel hands the child to init).
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	undo = append(undo, func() {
-		cmd.Process.Kill()
-		<-exited
-	})
 	// Before the guest reads its bootstrap, so nothing it starts escapes the limit.
 	if err := r.setOpenFiles(spec.ID, spec.Limits.OpenFiles); err != nil {
 		return nil, err
@@ -438,6 +425,19 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 			b.Root.Layers[i] = guestapi.PassedLayer(i)
 		}
 	}
+	if disk, ok := layer.DiskRoot(dir); ok {
+		// The disk may have been mounted after the guest's mount namespace
+		// was made (a spare's; or the fill above): passed as a mount, it
+		// reaches the guest either way.
+		fd, err := unix.OpenTree(unix.AT_FDCWD, disk, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return nil, fmt.Errorf("open the sandbox's disk as a mount: %w", err)
+		}
+		defer unix.Close(fd)
+		b.Root.Writable = guestapi.PassedLayer(len(passed))
+		b.Root.Upper, b.Root.Work = layer.DiskUpper, layer.DiskWork
+		passed = append(passed, fd)
+	}
 	if err := sendBootstrap(bootSock, b, passed); err != nil {
 		return nil, fmt.Errorf("send bootstrap: %w", err)
 	}
@@ -454,8 +454,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 	if err := waitReady(ctx, statusR, exited); err != nil {
 		return nil, fmt.Errorf("guest of %s did not start: %w (log: %s)", spec.ID, err, tailLog(filepath.Join(dir, "guest.log")))
 	}
-	r.log.Debug("create phases", "sandbox", spec.ID, "dirs", tDirs.Sub(t0), "cgroup", tCgroup.Sub(tDirs),
-		"spawn", tStart.Sub(tCgroup), "guest_setup", time.Since(tStart))
+	r.log.Debug("create phases", "sandbox", spec.ID, "spare", g.spare, "spawn", tStart.Sub(t0), "guest_setup", time.Since(tStart))
 	start, err := hostproc.StartTime(pid)
 	if err != nil {
 		return nil, fmt.Errorf("read guest start time: %w", err)
@@ -469,8 +468,8 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 
 // guestCommand prepares `berth guest` in new namespaces, booting from a
 // socket (guestapi's BootPipe: the bootstrap socket and the status pipe as
-// fds 3 and 4), with its log as stdout and stderr.
-func (r *Runtime) guestCommand(dir string, ids runtime.IDMap) (cmd *exec.Cmd, bootSock, statusR *os.File, err error) {
+// fds 3 and 4), with the file at logPath as stdout and stderr.
+func (r *Runtime) guestCommand(logPath string, ids runtime.IDMap) (cmd *exec.Cmd, bootSock, statusR *os.File, err error) {
 	bootSock, guestSock, err := bootSocket()
 	if err != nil {
 		return nil, nil, nil, err
@@ -481,7 +480,7 @@ func (r *Runtime) guestCommand(dir string, ids runtime.IDMap) (cmd *exec.Cmd, bo
 		guestSock.Close()
 		return nil, nil, nil, err
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, "guest.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		bootSock.Close()
 		guestSock.Close()
