@@ -72,6 +72,7 @@ func bootPipe(ctx context.Context, log *slog.Logger) error {
 	if err := capability.DropBounding(capability.Default()); err != nil {
 		return reportFailure(status, fmt.Errorf("drop capabilities: %w", err))
 	}
+	prefault() // a spare does it while it waits
 	b, passed, err := receiveBootstrap(guestapi.PipeBootstrapFD)
 	if err != nil {
 		return reportFailure(status, fmt.Errorf("read bootstrap: %w", err))
