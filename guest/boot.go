@@ -82,7 +82,11 @@ func bootPipe(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return reportFailure(status, err)
 	}
-	if _, err := status.WriteString(guestapi.StatusReady + "\n"); err != nil {
+	hello, err := json.Marshal(guestapi.HelloResponse{Protocol: guestapi.Protocol, MinProtocol: guestapi.MinProtocol, Features: features(relisten != nil)})
+	if err != nil {
+		return reportFailure(status, err)
+	}
+	if _, err := status.WriteString(guestapi.StatusReady + " " + string(hello) + "\n"); err != nil {
 		return fmt.Errorf("report ready: %w", err)
 	}
 	status.Close()

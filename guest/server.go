@@ -444,9 +444,12 @@ func (s *server) signal(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *server) features() []string {
+func (s *server) features() []string { return features(s.suspend != nil) }
+
+// features are what this guest serves (suspend: it can be suspended).
+func features(suspend bool) []string {
 	f := []string{"exec", "processes", "files", guestapi.FeatureStream, guestapi.FeaturePorts, guestapi.FeatureTerminals, guestapi.FeatureApply, guestapi.FeatureExits}
-	if s.suspend != nil {
+	if suspend {
 		f = append(f, guestapi.FeatureSuspend)
 	}
 	return f

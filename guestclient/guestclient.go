@@ -77,11 +77,17 @@ func (c *Client) Hello(ctx context.Context) (guestapi.HelloResponse, error) {
 	if subtle.ConstantTimeCompare([]byte(h.Proof), []byte(guestapi.Proof(c.token, nonce))) != 1 {
 		return h, errdefs.New(errdefs.Unavailable, "sandbox %s: guest failed authentication", c.id)
 	}
+	return h, CheckProtocol(c.id, h)
+}
+
+// CheckProtocol refuses the hello of sandbox id's guest when it speaks no
+// protocol version this daemon speaks.
+func CheckProtocol(id string, h guestapi.HelloResponse) error {
 	if h.Protocol < guestapi.MinProtocol || h.MinProtocol > guestapi.Protocol {
-		return h, errdefs.New(errdefs.Unavailable, "sandbox %s: guest speaks protocol %d..%d, daemon %d..%d",
-			c.id, h.MinProtocol, h.Protocol, guestapi.MinProtocol, guestapi.Protocol)
+		return errdefs.New(errdefs.Unavailable, "sandbox %s: guest speaks protocol %d..%d, daemon %d..%d",
+			id, h.MinProtocol, h.Protocol, guestapi.MinProtocol, guestapi.Protocol)
 	}
-	return h, nil
+	return nil
 }
 
 // Exec starts spec and returns its event stream; the stream ends with an exit

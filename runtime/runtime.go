@@ -15,6 +15,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/berthsh/berth/api/guestapi"
 )
 
 // Spec is a sandbox as the manager resolved it: everything a runtime needs
@@ -166,6 +168,10 @@ type Instance struct {
 	// Link is the far end of the sandbox's network link (NetworkLink; nil
 	// from Attach: the caller links again with Linker).
 	Link *Link
+	// Hello is the guest's hello when the runtime had it from the guest
+	// at boot, over a channel of its own (without proof: the channel is
+	// the proof); nil when the caller must ask the guest.
+	Hello *guestapi.HelloResponse
 }
 
 // Capabilities declares what a runtime can do beyond create, attach and

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/guestclient"
 	"github.com/berthsh/berth/image"
@@ -395,7 +396,15 @@ func (m *Manager) connect(ctx context.Context, id, tenant string, inst *runtime.
 	gc := guestclient.New(id, inst.Token, inst.Dial)
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	hello, err := gc.Hello(hctx)
+	var (
+		hello guestapi.HelloResponse
+		err   error
+	)
+	if inst.Hello != nil { // the runtime had it at boot: no round trip
+		hello, err = *inst.Hello, guestclient.CheckProtocol(id, *inst.Hello)
+	} else {
+		hello, err = gc.Hello(hctx)
+	}
 	if err != nil {
 		gc.Close()
 		if inst.Link != nil {

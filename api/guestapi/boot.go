@@ -91,7 +91,9 @@ func ParsePassedLayer(layer string) (i int, passed bool) {
 // in one message on PipeBootstrapFD, a unix SOCK_SEQPACKET socket, with the
 // mounts its passed layers name as SCM_RIGHTS descriptors (at most
 // MaxPassed); the socket is then closed. The guest answers on PipeStatusFD
-// with StatusReady once it serves, or with an Error as JSON if it cannot.
+// with StatusReady and its hello (a HelloResponse without proof, as JSON,
+// after a space) once it serves, or with an Error as JSON if it cannot: the
+// runtime, which holds the pipe, needs no hello over the socket.
 // The runtime learns of a failure at once, with the reason.
 //
 // BootFile (`berth guest --bootstrap FILE`): the Bootstrap is the JSON in

@@ -451,7 +451,8 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 		}
 		undo = append(undo, func() { link.File.Close() })
 	}
-	if err := waitReady(ctx, statusR, exited); err != nil {
+	hello, err := waitReady(ctx, statusR, exited)
+	if err != nil {
 		return nil, fmt.Errorf("guest of %s did not start: %w (log: %s)", spec.ID, err, tailLog(filepath.Join(dir, "guest.log")))
 	}
 	r.log.Debug("create phases", "sandbox", spec.ID, "spare", g.spare, "spawn", tStart.Sub(t0), "guest_setup", time.Since(tStart))
@@ -463,7 +464,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 	if err != nil {
 		return nil, err
 	}
-	return &runtime.Instance{State: st, Dial: r.dialer(spec.ID, pid), Token: token, Exited: exited, Link: link}, nil
+	return &runtime.Instance{State: st, Dial: r.dialer(spec.ID, pid), Token: token, Exited: exited, Link: link, Hello: hello}, nil
 }
 
 // guestCommand prepares `berth guest` in new namespaces, booting from a
@@ -510,7 +511,7 @@ func (r *Runtime) guestCommand(logPath string, ids runtime.IDMap) (cmd *exec.Cmd
 }
 
 // waitReady reads the guest's first status line.
-func waitReady(ctx context.Context, statusR *os.File, exited <-chan struct{}) error {
+func waitReady(ctx context.Context, statusR *os.File, exited <-chan struct{}) (*guestapi.HelloResponse, error) {
 	line := make(chan string, 1)
 	go func() { // ends when the guest writes or closes its status pipe (or dies)
 		s, _ := bufio.NewReader(statusR).ReadString('\n')
@@ -519,17 +520,21 @@ func waitReady(ctx context.Context, statusR *os.File, exited <-chan struct{}) er
 	select {
 	case s := <-line:
 		s = strings.TrimSpace(s)
-		if s == guestapi.StatusReady {
-			return nil
+		if rest, ok := strings.CutPrefix(s, guestapi.StatusReady+" "); ok {
+			var h guestapi.HelloResponse
+			if err := json.Unmarshal([]byte(rest), &h); err != nil {
+				return nil, fmt.Errorf("the guest's hello: %w", err)
+			}
+			return &h, nil
 		}
 		var ge guestapi.Error
 		if json.Unmarshal([]byte(s), &ge) == nil && ge.Message != "" {
-			return errors.New(local.Truncate(ge.Message, 512))
+			return nil, errors.New(local.Truncate(ge.Message, 512))
 		}
-		return errors.New("guest exited during set-up")
+		return nil, errors.New("guest exited during set-up")
 	case <-ctx.Done():
 		statusR.Close()
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -339,4 +340,23 @@ func nsOwner(t *testing.T, pid int) uint32 {
 		t.Fatalf("NS_GET_OWNER_UID: %v", e)
 	}
 	return uid
+}
+
+// TestBootHelloIsTheGuests: the hello the guest reports on its status pipe
+// at boot (which spares the manager a round trip) says what its hello over
+// the control socket says.
+func TestBootHelloIsTheGuests(t *testing.T) {
+	h, _ := harness(t)
+	sb := runtimetest.Create(t, h, runtime.Spec{})
+	if sb.Inst.Hello == nil {
+		t.Fatal("no hello from the guest at boot")
+	}
+	over, err := sb.Guest.Hello(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := *sb.Inst.Hello
+	if at.Protocol != over.Protocol || at.MinProtocol != over.MinProtocol || !slices.Equal(at.Features, over.Features) || at.Proof != "" {
+		t.Fatalf("hello at boot %+v, over the socket %+v", at, over)
+	}
 }
