@@ -117,7 +117,7 @@ func (s *suite) network(ctx context.Context) (err error) {
 	inside := func(ctx context.Context, args ...string) (string, error) {
 		r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: append([]string{"/usr/bin/python3", "/tmp/netbench.py"}, args...), TimeoutMs: 120_000})
 		if err == nil && r.ExitCode != 0 {
-			err = fmt.Errorf("netbench.py in the sandbox exited %d: %s", r.ExitCode, firstLine(string(r.Stderr)))
+			err = fmt.Errorf("netbench.py in the sandbox exited %d: %s", r.ExitCode, string(r.Stderr))
 		}
 		return string(r.Stdout), err
 	}
