@@ -201,22 +201,7 @@ func (s *Store) TenantImageUsers(ctx context.Context, tenant, id string) ([]stri
 // image id: its sandboxes, and its snapshots as "snapshot NAME" (at most
 // eleven).
 func (s *Store) ImageUsedBy(ctx context.Context, tenant, id string) ([]string, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT id FROM sandboxes WHERE image_id = ?1 AND (?2 = '' OR tenant = ?2)
-		UNION ALL SELECT 'snapshot ' || CASE name WHEN '' THEN id ELSE name END FROM snapshots WHERE base = ?1 AND (?2 = '' OR tenant = ?2)
-		LIMIT 11`, id, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("users of %s: %w", id, err)
-	}
-	defer rows.Close()
-	var users []string
-	for rows.Next() {
-		var u string
-		if err := rows.Scan(&u); err != nil {
-			return nil, fmt.Errorf("users of %s: %w", id, err)
-		}
-		users = append(users, u)
-	}
-	return users, rows.Err()
+	return usersOf(ctx, s.r, tenant, id)
 }
 
 // Untag removes tenant's names from the image they point at; the image
@@ -244,7 +229,7 @@ func (s *Store) Untag(ctx context.Context, tenant string, names ...string) error
 // are one transaction, so nothing can come to use the image in between.
 func (s *Store) DeleteImage(ctx context.Context, id string) error {
 	return inTx(ctx, s.w, func(tx *sql.Tx) error {
-		users, err := usersOf(ctx, tx, id)
+		users, err := usersOf(ctx, tx, "", id)
 		if err != nil {
 			return err
 		}

@@ -150,7 +150,7 @@ func (s *Store) ListSnapshots(ctx context.Context, tenant string) ([]Snapshot, e
 // conflict naming them. The check and the delete are one transaction.
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 	return inTx(ctx, s.w, func(tx *sql.Tx) error {
-		users, err := usersOf(ctx, tx, id)
+		users, err := usersOf(ctx, tx, "", id)
 		if err != nil {
 			return err
 		}
@@ -208,12 +208,18 @@ func (s *Store) SnapshotLayers(ctx context.Context) (map[string]bool, error) {
 	return out, rows.Err()
 }
 
-// usersOf lists (up to 11 of) the sandboxes and snapshots made of image
-// or snapshot id: sandboxes by id, snapshots as "snapshot NAME".
-func usersOf(ctx context.Context, tx *sql.Tx, id string) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id FROM sandboxes WHERE image_id = ?
-		UNION ALL SELECT 'snapshot ' || CASE name WHEN '' THEN id ELSE name END FROM snapshots WHERE base = ?
-		LIMIT 11`, id, id)
+// queryer is a connection pool or a transaction.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// usersOf lists (up to 11 of) tenant's ("" every tenant's) sandboxes and
+// snapshots made of image or snapshot id: sandboxes by id, snapshots as
+// "snapshot NAME".
+func usersOf(ctx context.Context, q queryer, tenant, id string) ([]string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT id FROM sandboxes WHERE image_id = ?1 AND (?2 = '' OR tenant = ?2)
+		UNION ALL SELECT 'snapshot ' || CASE name WHEN '' THEN id ELSE name END FROM snapshots WHERE base = ?1 AND (?2 = '' OR tenant = ?2)
+		LIMIT 11`, id, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("users of %s: %w", id, err)
 	}
