@@ -304,15 +304,8 @@ func (m *Manager) startSpares() {
 		return
 	}
 	reserve := func() (string, runtime.IDMap, error) {
-		id, err := newID()
-		if err != nil {
-			return "", runtime.IDMap{}, err
-		}
-		n, err := m.ranges.take(id)
-		if err != nil {
-			return "", runtime.IDMap{}, err
-		}
-		return id, m.cfg.IDMap.Range(n), nil
+		id, n, err := m.newIDRange()
+		return id, m.cfg.IDMap.Range(n), err
 	}
 	for _, t := range m.tiers {
 		if sp, ok := t.rt.(runtime.Spares); ok {
@@ -652,13 +645,21 @@ func (m *Manager) newSandboxID(t *tier, state string) (id string, idRange uint32
 			sp.DiscardSpare(id) // not expected: a spare's id holds its range until it ends
 		}
 	}
-	if id, err = newID(); err != nil {
-		return "", 0, nil, err
+	id, idRange, err = m.newIDRange()
+	return id, idRange, nil, err
+}
+
+// newIDRange makes a new sandbox id and takes an id range for it.
+func (m *Manager) newIDRange() (string, uint32, error) {
+	id, err := newID()
+	if err != nil {
+		return "", 0, err
 	}
-	if idRange, err = m.ranges.take(id); err != nil {
-		return "", 0, nil, err
+	n, err := m.ranges.take(id)
+	if err != nil {
+		return "", 0, err
 	}
-	return id, idRange, nil, nil
+	return id, n, nil
 }
 
 // drop forgets a live sandbox's connection and ends its network.

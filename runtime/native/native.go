@@ -453,7 +453,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 	}
 	hello, err := waitReady(ctx, statusR, exited)
 	if err != nil {
-		return nil, fmt.Errorf("guest of %s did not start: %w (log: %s)", spec.ID, err, tailLog(filepath.Join(dir, "guest.log")))
+		return nil, fmt.Errorf("guest of %s did not start: %w (log: %s)", spec.ID, err, tailLog(logPath))
 	}
 	r.log.Debug("create phases", "sandbox", spec.ID, "spare", g.spare, "spawn", tStart.Sub(t0), "guest_setup", time.Since(tStart))
 	start, err := hostproc.StartTime(pid)

@@ -153,7 +153,7 @@ func (r *Runtime) KeepSpares(ctx context.Context, n int, reserve func() (string,
 		r.log.Warn("spare guests", "err", err, "retry_in", backoff)
 	}
 	for {
-		for ctx.Err() == nil && !time.Now().Before(notBefore) && r.spareCount() < n {
+		for ctx.Err() == nil && !time.Now().Before(notBefore) && r.ReadySpares() < n {
 			sp, err := r.startSpare(reserve, release)
 			if err != nil {
 				fail(fmt.Errorf("start one: %w", err))
@@ -184,9 +184,7 @@ func (r *Runtime) KeepSpares(ctx context.Context, n int, reserve func() (string,
 }
 
 // ReadySpares implements runtime.Spares.
-func (r *Runtime) ReadySpares() int { return r.spareCount() }
-
-func (r *Runtime) spareCount() int {
+func (r *Runtime) ReadySpares() int {
 	r.spares.mu.Lock()
 	defer r.spares.mu.Unlock()
 	return len(r.spares.ready)
