@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/spawn"
 )
 
 // Limits are a group's ceilings; zero means unlimited.
@@ -73,6 +75,10 @@ type Group interface {
 	// group that Frozen reports frozen, and must not run at the same time as
 	// Freeze of the group.
 	Start(cmd *exec.Cmd, onThread func() error) error
+	// Entry opens the group for a child to be born in it, by this process
+	// or another (a spawner): spawn.StartIn with it is Start. It fails on a
+	// group that Frozen reports frozen. The caller closes it.
+	Entry() (spawn.Cgroup, error)
 	// Procs lists the pids in the group.
 	Procs() ([]int, error)
 	// Kill sends SIGKILL to every process in the group, frozen or not, and
@@ -394,6 +400,16 @@ func pause(ctx context.Context, d time.Duration) error {
 }
 
 // checkThawed is Start's check that g is not frozen.
+// startIn is every Group's Start: spawn.StartIn with its Entry.
+func startIn(g Group, cmd *exec.Cmd, onThread func() error) error {
+	e, err := g.Entry()
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	return spawn.StartIn(cmd, e, onThread)
+}
+
 func checkThawed(g Group) error {
 	frozen, err := g.Frozen()
 	if err != nil {

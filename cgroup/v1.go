@@ -7,14 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
-	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berthsh/berth/internal/osthread"
+	"github.com/berthsh/berth/spawn"
 )
 
 // v1Manager keeps groups in the v1 hierarchies of cpu, cpuacct, freezer,
@@ -193,50 +191,29 @@ func (g *v1Group) setMemory(limit int64) error {
 	return writeFile(dir, "memory.memsw.limit_in_bytes", val)
 }
 
-// Start forks cmd from an OS thread that has moved itself into the group in
-// every hierarchy, so that the child is born inside it (and CLONE_NEWCGROUP
-// roots the child's cgroup namespace at the group). That thread ends with
-// the fork (osthread.Discarded), so it never serves other goroutines from
-// inside the sandbox's group; Start returns once it is gone, so the daemon
-// is no longer a member of the group.
-//
-// While it forks, the thread counts in the group's pids.current and its
-// kernel allocations are charged to the group's memory. A thread that joins
-// a frozen freezer group freezes, so Start refuses a frozen group.
-func (g *v1Group) Start(cmd *exec.Cmd, onThread func() error) error {
+// Entry opens the group's tasks file in every hierarchy: a thread that
+// writes its id to each and then forks (spawn.StartIn) has its child born
+// inside the group, and CLONE_NEWCGROUP roots the child's cgroup namespace
+// there. While it forks, the thread counts in the group's pids.current and
+// its kernel allocations are charged to the group's memory. A thread that
+// joins a frozen freezer group freezes, so Entry refuses a frozen group.
+func (g *v1Group) Entry() (spawn.Cgroup, error) {
 	if err := checkThawed(g); err != nil {
-		return err
+		return spawn.Cgroup{}, err
 	}
-	tid, err := osthread.Discarded(func(tid int) error {
-		for _, d := range g.all {
-			if err := writeFile(d, "tasks", strconv.Itoa(tid)); err != nil {
-				return fmt.Errorf("move forking thread into cgroup: %w", err)
-			}
+	var e spawn.Cgroup
+	for _, d := range g.all {
+		f, err := os.OpenFile(filepath.Join(d, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			e.Close()
+			return spawn.Cgroup{}, fmt.Errorf("open cgroup: %w", err)
 		}
-		if onThread != nil {
-			if err := onThread(); err != nil {
-				return err
-			}
-		}
-		return cmd.Start()
-	})
-	waitThreadGone(tid)
-	return err
+		e.Tasks = append(e.Tasks, f)
+	}
+	return e, nil
 }
 
-// waitThreadGone waits (up to a second) until thread tid of this process
-// has exited; an exited thread has left its cgroups.
-func waitThreadGone(tid int) {
-	pid := unix.Getpid()
-	deadline := time.Now().Add(time.Second)
-	for i := 0; unix.Tgkill(pid, tid, 0) == nil && time.Now().Before(deadline); i++ {
-		if i < 100 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-}
+func (g *v1Group) Start(cmd *exec.Cmd, onThread func() error) error { return startIn(g, cmd, onThread) }
 
 func (g *v1Group) Procs() ([]int, error) { return readProcs(g.dirs["pids"]) }
 

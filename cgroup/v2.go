@@ -10,9 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
-	"github.com/berthsh/berth/internal/osthread"
+	"github.com/berthsh/berth/spawn"
 )
 
 // v2Manager keeps groups in <mount>/<root> of a cgroup2 hierarchy.
@@ -144,37 +143,23 @@ func (g *v2Group) Set(l Limits) error {
 	return nil
 }
 
-// Start starts cmd with clone3's CLONE_INTO_CGROUP (it sets cmd.SysProcAttr's
-// UseCgroupFD and CgroupFD), so the child is born in the group; with
-// CLONE_NEWCGROUP in cmd's Cloneflags the kernel roots the child's cgroup
-// namespace at the group it was born in. With onThread it forks from a
-// thread of its own (discardedThread). The kernel would start the child
-// frozen in a frozen group, but Start refuses one, as on v1.
-func (g *v2Group) Start(cmd *exec.Cmd, onThread func() error) error {
+// Entry opens the group's directory, for clone3's CLONE_INTO_CGROUP
+// (spawn.StartIn sets cmd's UseCgroupFD and CgroupFD): the child is born in
+// the group, and with CLONE_NEWCGROUP its cgroup namespace is rooted there.
+// The kernel would start the child frozen in a frozen group, but Entry
+// refuses one, as on v1.
+func (g *v2Group) Entry() (spawn.Cgroup, error) {
 	if err := checkThawed(g); err != nil {
-		return err
+		return spawn.Cgroup{}, err
 	}
 	f, err := os.Open(g.dir)
 	if err != nil {
-		return fmt.Errorf("open cgroup: %w", err)
+		return spawn.Cgroup{}, fmt.Errorf("open cgroup: %w", err)
 	}
-	defer f.Close()
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.UseCgroupFD = true
-	cmd.SysProcAttr.CgroupFD = int(f.Fd())
-	if onThread == nil {
-		return cmd.Start()
-	}
-	_, err = osthread.Discarded(func(int) error {
-		if err := onThread(); err != nil {
-			return err
-		}
-		return cmd.Start()
-	})
-	return err
+	return spawn.Cgroup{Dir: f}, nil
 }
+
+func (g *v2Group) Start(cmd *exec.Cmd, onThread func() error) error { return startIn(g, cmd, onThread) }
 
 func (g *v2Group) Procs() ([]int, error) { return readProcs(g.dir) }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/berthsh/berth/capability"
 	"github.com/berthsh/berth/internal/fds"
 	"github.com/berthsh/berth/seccomp"
+	"github.com/berthsh/berth/spawn"
 )
 
 // maxBootstrap bounds a Bootstrap document.
@@ -42,6 +43,8 @@ func Main(ctx context.Context, args []string, log *slog.Logger) error {
 		return check()
 	case len(args) == 1 && args[0] == guestapi.ProbeLayersFlag:
 		return probeLayers()
+	case len(args) == 1 && args[0] == guestapi.SpawnerFlag:
+		return spawn.Serve(os.NewFile(3, "spawner"))
 	case len(args) == 2 && args[0] == guestapi.BootFlagFile:
 		return bootFile(ctx, args[1], log)
 	case len(args) == 1 && strings.HasPrefix(args[0], guestapi.BootFlagFile+"="):

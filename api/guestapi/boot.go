@@ -110,7 +110,12 @@ func ParsePassedLayer(layer string) (i int, passed bool) {
 // holding a file ProbeFile, mounts the root on a private tmpfs and checks
 // that the file is root's and copies up when written: whether this kernel
 // builds a root from idmapped layers. Its exit status says; stderr says why not.
+//
+// `berth guest --spawner` is not a guest: it runs on the host, as root, as
+// the native runtime's spawner (package spawn), serving the daemon on
+// descriptor 3. It starts the guests.
 const (
+	SpawnerFlag     = "--spawner"
 	CheckFlag       = "--check"
 	ProbeLayersFlag = "--probe-layers"
 	ProbeFile       = "probe"

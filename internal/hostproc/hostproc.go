@@ -129,6 +129,12 @@ func (w *Watcher) Watch(pid int, start uint64) (exited <-chan struct{}, ok bool,
 	if err != nil || pidfd < 0 {
 		return nil, false, err
 	}
+	return w.WatchPidfd(pidfd), true, nil
+}
+
+// WatchPidfd returns a channel closed when the process pidfd refers to
+// exits. The watch owns pidfd, and closes it when it ends.
+func (w *Watcher) WatchPidfd(pidfd int) <-chan struct{} {
 	ch := make(chan struct{})
 	w.wg.Add(1)
 	go func() {
@@ -149,7 +155,7 @@ func (w *Watcher) Watch(pid int, start uint64) (exited <-chan struct{}, ok bool,
 			}
 		}
 	}()
-	return ch, true, nil
+	return ch
 }
 
 // Close stops every watch (the processes run on) and waits for them.

@@ -6,6 +6,7 @@ package osthread
 import (
 	"fmt"
 	"runtime"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,4 +69,18 @@ func SetIDs(id uint32) error {
 		return fmt.Errorf("thread: capset: %w", err)
 	}
 	return nil
+}
+
+// WaitGone waits (up to a second) until thread tid of this process has
+// exited, as a thread Discarded ran does soon after fn returns.
+func WaitGone(tid int) {
+	pid := unix.Getpid()
+	deadline := time.Now().Add(time.Second)
+	for i := 0; unix.Tgkill(pid, tid, 0) == nil && time.Now().Before(deadline); i++ {
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
 }

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -33,6 +32,7 @@ import (
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/runtime/layer"
 	"github.com/berthsh/berth/runtime/local"
+	"github.com/berthsh/berth/spawn"
 )
 
 // Name is the runtime's registered name.
@@ -66,7 +66,8 @@ type Runtime struct {
 	// watcher watches the inits of re-attached sandboxes.
 	watcher *hostproc.Watcher
 
-	spares *spareSet // guests started ahead of their sandboxes
+	spares  *spareSet      // guests started ahead of their sandboxes
+	spawner *spawn.Spawner // starts the guests (the guest binary's spawner mode)
 }
 
 // persisted is the runtime-private state the manager keeps for each sandbox.
@@ -134,7 +135,8 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
-	r := &Runtime{Host: &local.Host{StateDir: cfg.StateDir, Cgroups: cg}, cfg: cfg, opts: opts, log: cfg.Log, watcher: w, spares: newSpareSet()}
+	r := &Runtime{Host: &local.Host{StateDir: cfg.StateDir, Cgroups: cg}, cfg: cfg, opts: opts, log: cfg.Log, watcher: w, spares: newSpareSet(),
+		spawner: spawn.New(guestBin, []string{"berth-guest", "guest", guestapi.SpawnerFlag}, local.GuestEnv(), cfg.Log)}
 	if err := r.clearSpares(); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("native runtime: %w", err)
@@ -288,7 +290,7 @@ func cgroupLimits(l runtime.Limits) cgroup.Limits {
 // Sandboxes keep running; the waits on sandboxes this daemon started end
 // with the sandbox or with the process.
 func (r *Runtime) Close() error {
-	if err := r.watcher.Close(); err != nil {
+	if err := errors.Join(r.spawner.Close(), r.watcher.Close()); err != nil {
 		return fmt.Errorf("native runtime: %w", err)
 	}
 	return nil
@@ -388,7 +390,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 	if err != nil {
 		return nil, err
 	}
-	pid, exited, bootSock, statusR := g.cmd.Process.Pid, g.exited, g.bootSock, g.statusR
+	pid, exited, bootSock, statusR := g.pid, g.exited, g.bootSock, g.statusR
 	r.inits.Store(spec.ID, initProc{pid: pid, owner: spec.Users.HostID})
 	undo = append(undo, func() { r.inits.Delete(spec.ID) })
 	// Before the guest reads its bootstrap, so nothing it starts escapes the limit.
@@ -420,6 +422,9 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 			return nil, err
 		}
 		defer closeAll(passed)
+		if err := g.alive(); err != nil { // the user namespace was the guest's
+			return nil, fmt.Errorf("guest of %s: %w (log: %s)", spec.ID, err, tailLog(logPath))
+		}
 		b.Root.Layers = make([]string, len(passed))
 		for i := range passed {
 			b.Root.Layers[i] = guestapi.PassedLayer(i)
@@ -450,6 +455,9 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 			return nil, err
 		}
 		undo = append(undo, func() { link.File.Close() })
+		if err := g.alive(); err != nil { // the network namespace was the guest's
+			return nil, fmt.Errorf("guest of %s: %w (log: %s)", spec.ID, err, tailLog(logPath))
+		}
 	}
 	hello, err := waitReady(ctx, statusR, exited)
 	if err != nil {
@@ -457,6 +465,9 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 	}
 	r.log.Debug("create phases", "sandbox", spec.ID, "spare", g.spare, "spawn", tStart.Sub(t0), "guest_setup", time.Since(tStart))
 	start, err := hostproc.StartTime(pid)
+	if err == nil {
+		err = g.alive() // the start time was the guest's
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read guest start time: %w", err)
 	}
@@ -467,19 +478,20 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 	return &runtime.Instance{State: st, Dial: r.dialer(spec.ID, pid), Token: token, Exited: exited, Link: link, Hello: hello}, nil
 }
 
-// guestCommand prepares `berth guest` in new namespaces, booting from a
+// guestRequest prepares `berth guest` in new namespaces, booting from a
 // socket (guestapi's BootPipe: the bootstrap socket and the status pipe as
-// fds 3 and 4), with the file at logPath as stdout and stderr.
-func (r *Runtime) guestCommand(logPath string, ids runtime.IDMap) (cmd *exec.Cmd, bootSock, statusR *os.File, err error) {
+// fds 3 and 4), with the file at logPath as stdout and stderr. The caller
+// closes files' Output and Extra once it is started.
+func (r *Runtime) guestRequest(logPath string, ids runtime.IDMap) (req spawn.Request, files spawn.Files, bootSock, statusR *os.File, err error) {
 	bootSock, guestSock, err := bootSocket()
 	if err != nil {
-		return nil, nil, nil, err
+		return req, files, nil, nil, err
 	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		bootSock.Close()
 		guestSock.Close()
-		return nil, nil, nil, err
+		return req, files, nil, nil, err
 	}
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -487,27 +499,28 @@ func (r *Runtime) guestCommand(logPath string, ids runtime.IDMap) (cmd *exec.Cmd
 		guestSock.Close()
 		statusR.Close()
 		statusW.Close()
-		return nil, nil, nil, err
+		return req, files, nil, nil, err
 	}
-	cmd = &exec.Cmd{
-		Path:       r.cfg.GuestBinary,
-		Args:       []string{"berth-guest", "guest"},
-		Env:        local.GuestEnv(), // nothing of the daemon's environment enters a sandbox
-		Dir:        "/",
-		Stdout:     logf,
-		Stderr:     logf,
-		ExtraFiles: []*os.File{guestSock, statusW},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.HostID), Size: int(ids.Size)}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.HostID), Size: int(ids.Size)}},
-			GidMappingsEnableSetgroups: true,
-			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
-			Setsid:                     true, // not in the daemon's session: survives it
-		},
+	req = spawn.Request{
+		Path: r.cfg.GuestBinary,
+		Args: []string{"berth-guest", "guest"},
+		Env:  local.GuestEnv(), // nothing of the daemon's environment enters a sandbox
+		Dir:  "/",
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+		HostID: ids.HostID,
+		Size:   ids.Size,
+		// The user namespace is owned by the range's root, not the daemon's:
+		// the kernel charges per-user counts of everything in a user
+		// namespace (inotify instances and watches, pending signals,
+		// message queue bytes, processes) to its owner at the host's level,
+		// so a sandbox meets its own limits, never host root's or another
+		// sandbox's.
+		Owner:  ids.HostID,
+		Setsid: true, // not in the daemon's session: survives it
 	}
-	return cmd, bootSock, statusR, nil
+	files = spawn.Files{Output: logf, Extra: []*os.File{guestSock, statusW}}
+	return req, files, bootSock, statusR, nil
 }
 
 // waitReady reads the guest's first status line.

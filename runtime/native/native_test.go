@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -359,4 +360,80 @@ func TestBootHelloIsTheGuests(t *testing.T) {
 	if at.Protocol != over.Protocol || at.MinProtocol != over.MinProtocol || !slices.Equal(at.Features, over.Features) || at.Proof != "" {
 		t.Fatalf("hello at boot %+v, over the socket %+v", at, over)
 	}
+}
+
+// TestInitHoldsNothingOfTheSpawner: a sandbox's init is the spawner's child
+// (the spawner, the daemon's child, runs as root on the host), and holds
+// none of the spawner's descriptors: not its socket to the daemon, nor
+// another request's. Inside, the parent is outside the PID namespace.
+func TestInitHoldsNothingOfTheSpawner(t *testing.T) {
+	h, _ := harness(t)
+	sb := runtimetest.Create(t, h, runtime.Spec{})
+	var st struct{ Pid int }
+	json.Unmarshal(sb.Inst.State, &st)
+	spawner := statusField(t, st.Pid, "PPid")
+	cmdline, err := os.ReadFile("/proc/" + spawner + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(cmdline), guestapi.SpawnerFlag) {
+		t.Fatalf("the init's parent %s is not the spawner: %q", spawner, cmdline)
+	}
+	if got := statusField(t, mustAtoi(t, spawner), "PPid"); got != fmt.Sprint(os.Getpid()) {
+		t.Fatalf("the spawner's parent is %s, not the daemon %d", got, os.Getpid())
+	}
+	spawnerFDs := openFiles(t, mustAtoi(t, spawner))
+	for fd, target := range openFiles(t, st.Pid) {
+		if strings.HasPrefix(target, "socket:") || strings.HasPrefix(target, "pipe:") {
+			for sfd, starget := range spawnerFDs {
+				if starget == target {
+					t.Errorf("the init's descriptor %s is the spawner's %s: %s", fd, sfd, target)
+				}
+			}
+		}
+	}
+	if got := runtimetest.Sh(t, sb, "grep PPid /proc/1/status"); got != "PPid:\t0" {
+		t.Errorf("inside, init's parent: %q", got)
+	}
+}
+
+func statusField(t *testing.T, pid int, field string) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(l, field+":"); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return ""
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// openFiles maps each open descriptor of pid to what it refers to.
+func openFiles(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, e := range entries {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil {
+			m[e.Name()] = target
+		}
+	}
+	return m
 }

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api/guestapi"
-	"github.com/berthsh/berth/internal/osthread"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/runtime/local"
 )
@@ -22,18 +21,6 @@ import (
 // This file gives each sandbox what its own range of host ids needs: a user
 // namespace owned by the range, and its image layers mounted through the
 // range (idmapped) instead of copied and chowned for it.
-
-// ownedBy returns a cgroup.Group.Start onThread function that makes the
-// forking thread's ids owner (osthread.SetIDs), keeping its capabilities:
-// the user namespace the fork creates is then owned by owner, the sandbox's
-// root, instead of the daemon's root. The kernel charges per-user counts of
-// everything in a user namespace (inotify instances and watches, pending
-// signals, message queue bytes, processes) to the namespace's owner at the
-// host's level, so a sandbox meets its own limits, never host root's or
-// another sandbox's. The thread ends after the fork.
-func ownedBy(owner uint32) func() error {
-	return func() error { return osthread.SetIDs(owner) }
-}
 
 // idmapLayers opens each layer as a detached mount idmapped through the
 // user namespace of process pid (a sandbox's init): a file owned by id N

@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/cgroup"
 	"github.com/berthsh/berth/runtime"
@@ -29,17 +30,18 @@ import (
 
 // guestProc is a started guest that waits for its bootstrap.
 type guestProc struct {
-	cmd      *exec.Cmd
+	pid      int
+	pidfd    *os.File // names the guest for good, unlike pid once it exits
 	cg       cgroup.Group
 	bootSock *os.File
 	statusR  *os.File
-	exited   chan struct{} // closed once the guest is reaped
-	spare    bool          // started ahead as a spare
+	exited   <-chan struct{} // closed once the guest exits
+	spare    bool            // started ahead as a spare
 }
 
-// spawn creates cgroup id (with limits, unless nil) and starts a guest in
-// it, in new namespaces whose user namespace maps and is owned by users'
-// range, with its log at logPath. On error nothing is left.
+// spawn creates cgroup id (with limits, unless nil) and has the spawner
+// start a guest in it, in new namespaces whose user namespace maps and is
+// owned by users' range, with its log at logPath. On error nothing is left.
 func (r *Runtime) spawn(id string, users runtime.IDMap, logPath string, limits *cgroup.Limits) (_ *guestProc, err error) {
 	cg, err := r.Cgroups.Create(id)
 	if err != nil {
@@ -47,6 +49,9 @@ func (r *Runtime) spawn(id string, users runtime.IDMap, logPath string, limits *
 	}
 	defer func() {
 		if err != nil {
+			if kerr := cg.Kill(); kerr != nil { // a guest started whose reply was lost
+				err = errors.Join(err, kerr)
+			}
 			if rerr := cg.Remove(); rerr != nil {
 				err = errors.Join(err, rerr)
 			}
@@ -57,44 +62,66 @@ func (r *Runtime) spawn(id string, users runtime.IDMap, logPath string, limits *
 			return nil, fmt.Errorf("apply limits: %w", err)
 		}
 	}
-	cmd, bootSock, statusR, err := r.guestCommand(logPath, users)
+	entry, err := cg.Entry()
+	if err != nil {
+		return nil, fmt.Errorf("start guest: %w", err)
+	}
+	defer entry.Close()
+	req, files, bootSock, statusR, err := r.guestRequest(logPath, users)
 	if err != nil {
 		return nil, err
 	}
-	err = cg.Start(cmd, ownedBy(users.HostID))
-	for _, f := range cmd.ExtraFiles {
+	files.Cgroup = entry
+	pid, pidfd, err := r.spawner.Start(req, files)
+	files.Output.Close()
+	for _, f := range files.Extra {
 		f.Close()
-	}
-	if out, ok := cmd.Stdout.(*os.File); ok {
-		out.Close()
 	}
 	if err != nil {
 		bootSock.Close()
 		statusR.Close()
 		return nil, fmt.Errorf("start guest: %w", err)
 	}
-	g := &guestProc{cmd: cmd, cg: cg, bootSock: bootSock, statusR: statusR, exited: make(chan struct{})}
-	// Owns the child: reaps it and reports its exit. It lives as long as the
-	// sandbox, which outlives the daemon: Close does not wait for it (when
-	// the daemon exits, the kernel hands the child to init).
-	go func() {
-		cmd.Wait()
-		close(g.exited)
-	}()
-	return g, nil
+	watched, err := unix.FcntlInt(pidfd.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.PidfdSendSignal(int(pidfd.Fd()), unix.SIGKILL, nil, 0)
+		pidfd.Close()
+		bootSock.Close()
+		statusR.Close()
+		return nil, fmt.Errorf("start guest: %w", err)
+	}
+	// The guest outlives the daemon: Close ends the watch, not the guest.
+	exited := r.watcher.WatchPidfd(watched)
+	return &guestProc{pid: pid, pidfd: pidfd, cg: cg, bootSock: bootSock, statusR: statusR, exited: exited}, nil
 }
 
-// end kills the guest and everything in its cgroup, waits for it, and
-// removes the cgroup.
+// alive fails once the guest has exited. Checked after a use of its pid
+// (/proc/PID/…): its pid could name another process only after it exited.
+func (g *guestProc) alive() error {
+	fds := []unix.PollFd{{Fd: int32(g.pidfd.Fd()), Events: unix.POLLIN}}
+	if n, _ := unix.Poll(fds, 0); n > 0 {
+		return errors.New("guest exited during set-up")
+	}
+	return nil
+}
+
+// end kills the guest and everything in its cgroup, waits (up to 5 s) for
+// it to exit, and removes the cgroup.
 func (g *guestProc) end(log *slog.Logger, id string) {
 	if err := g.cg.Kill(); err != nil {
 		log.Error("end guest: kill its cgroup", "sandbox", id, "err", err)
 	}
-	g.cmd.Process.Kill()
-	<-g.exited
+	unix.PidfdSendSignal(int(g.pidfd.Fd()), unix.SIGKILL, nil, 0)
+	fds := []unix.PollFd{{Fd: int32(g.pidfd.Fd()), Events: unix.POLLIN}}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds())+1); n > 0 || !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
 	if err := g.cg.Remove(); err != nil {
 		log.Error("end guest: remove its cgroup", "sandbox", id, "err", err)
 	}
+	g.pidfd.Close()
 	g.bootSock.Close()
 	g.statusR.Close()
 }

@@ -1,0 +1,88 @@
+// Package spawn starts sandboxes' inits from a small helper process, the
+// spawner, instead of from the daemon.
+//
+// An init is born in new namespaces, a user namespace among them, and Go
+// cannot start such a child with vfork: the parent writes the child's id
+// maps while the child waits, so every start is a full fork of the parent.
+// Forking the daemon copies its page tables, and afterwards each page the
+// daemon writes takes a copy-on-write fault, with TLB shootdowns on the
+// other CPUs: under a burst of creates that was about 15% of the machine's
+// CPU. The spawner is the guest binary in another mode, a process of a few
+// MiB whose fork copies almost nothing. It forks with CLONE_PARENT, so each
+// init is still the daemon's child: the daemon waits for it, and a guest
+// outlives the spawner as it outlives the daemon.
+//
+// The daemon and its spawner share one socketpair that no one else holds.
+// Each request carries its own reply socket and the descriptors the child
+// gets, so requests run side by side. StartIn, which both sides use, starts
+// a child born inside a cgroup given as open files.
+package spawn
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+
+	"github.com/berthsh/berth/internal/osthread"
+)
+
+// Cgroup is where a child is born, as files another process can use: a
+// cgroup v1 group's tasks files (one per hierarchy) or a cgroup v2 group's
+// directory. The zero Cgroup is the starter's own cgroup.
+type Cgroup struct {
+	// Tasks (v1) are written with the forking thread's id before it forks,
+	// so the child is born in each hierarchy's group.
+	Tasks []*os.File
+	// Dir (v2) is the group the child is born in (clone3's CLONE_INTO_CGROUP).
+	Dir *os.File
+}
+
+// Close closes the files.
+func (c Cgroup) Close() {
+	for _, f := range c.Tasks {
+		f.Close()
+	}
+	if c.Dir != nil {
+		c.Dir.Close()
+	}
+}
+
+// StartIn starts cmd (not yet started) so that the child is born inside cg,
+// never briefly outside it; with CLONE_NEWCGROUP in cmd's Cloneflags its
+// cgroup namespace is rooted there. onThread, unless nil, runs on the OS
+// thread that forks, just before the fork: it may change that thread's
+// credentials, which the child (and a user namespace it creates) is born
+// with. A thread that forks after joining cg's tasks or running onThread
+// ends with the fork (osthread.Discarded), so no other goroutine runs in
+// the group or with those credentials; StartIn returns once it is gone.
+func StartIn(cmd *exec.Cmd, cg Cgroup, onThread func() error) error {
+	if cg.Dir != nil {
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = int(cg.Dir.Fd())
+	}
+	if len(cg.Tasks) == 0 && onThread == nil {
+		return cmd.Start()
+	}
+	tid, err := osthread.Discarded(func(tid int) error {
+		for _, f := range cg.Tasks {
+			if _, err := f.Write([]byte(strconv.Itoa(tid))); err != nil {
+				return fmt.Errorf("move forking thread into cgroup: %w", err)
+			}
+		}
+		if onThread != nil {
+			if err := onThread(); err != nil {
+				return err
+			}
+		}
+		return cmd.Start()
+	})
+	// An exited thread has left its cgroups: then the group holds only the
+	// child, and can be removed once the child is gone.
+	osthread.WaitGone(tid)
+	return err
+}
