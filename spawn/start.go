@@ -6,11 +6,16 @@
 // maps while the child waits, so every start is a full fork of the parent.
 // Forking the daemon copies its page tables, and afterwards each page the
 // daemon writes takes a copy-on-write fault, with TLB shootdowns on the
-// other CPUs: under a burst of creates that was about 15% of the machine's
+// other CPUs: under a loop of creates that was about 15% of the machine's
 // CPU. The spawner is the guest binary in another mode, a process of a few
-// MiB whose fork copies almost nothing. It forks with CLONE_PARENT, so each
-// init is still the daemon's child: the daemon waits for it, and a guest
-// outlives the spawner as it outlives the daemon.
+// MiB whose fork copies almost nothing.
+//
+// The spawner is each init's parent, and reaps it; the daemon holds each
+// init by a pidfd the spawner passes back, which names it for good (its
+// pid may name another process once it exited) and tells when it exits.
+// A guest outlives the spawner as it outlives the daemon: the spawner ends
+// when the daemon's end of their socketpair closes, and its children pass
+// to init.
 //
 // The daemon and its spawner share one socketpair that no one else holds.
 // Each request carries its own reply socket and the descriptors the child
