@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/client"
 	"github.com/berthsh/berth/internal/testutil"
 )
@@ -119,15 +121,20 @@ func (d *daemon) sandboxDirs() int {
 
 // guests counts the running guests of this daemon's sandboxes: processes
 // whose program is the guest binary installed under its state dir, but for
-// spares (whose output is a log among the spares'). (Other tests' daemons,
-// in this package or another run in parallel, have their own guests.)
+// spares (whose output is a log among the spares') and the spawner (the
+// same binary in its spawner mode). (Other tests' daemons, in this package
+// or another run in parallel, have their own guests.)
 func (d *daemon) guests() int {
 	n := 0
 	spares := filepath.Join(d.state, "runtimes", "native", "spares") + string(filepath.Separator)
 	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
 	for _, exe := range exes {
 		if target, err := os.Readlink(exe); err == nil && strings.HasPrefix(target, d.state+string(filepath.Separator)) {
-			if out, err := os.Readlink(filepath.Join(filepath.Dir(exe), "fd", "1")); err == nil && strings.HasPrefix(out, spares) {
+			proc := filepath.Dir(exe)
+			if out, err := os.Readlink(filepath.Join(proc, "fd", "1")); err == nil && strings.HasPrefix(out, spares) {
+				continue
+			}
+			if args, err := os.ReadFile(filepath.Join(proc, "cmdline")); err == nil && slices.Contains(strings.Split(string(args), "\x00"), guestapi.SpawnerFlag) {
 				continue
 			}
 			n++
