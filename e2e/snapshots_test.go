@@ -772,21 +772,25 @@ func TestArchiveAfter(t *testing.T) {
 	for _, id := range ids {
 		dir := filepath.Join(d.state, "runtimes", "native", "sandboxes", id)
 		// The archive is on record before the layer goes (a crash between
-		// leaves both): wait for both. Once in CI both sandboxes were
-		// archived in the same sweep, just past a 15 s bound; the likeliest
-		// wait is the archive's fsync under the parallel tests' disk load.
-		// The bound is generous; a passing run takes about a second.
+		// leaves both): wait for both, and for every part of the layer
+		// (the disk's image goes before its mount point). Once in CI both
+		// sandboxes were archived in the same sweep, just past a 15 s
+		// bound; the likeliest wait is the archive's fsync under the
+		// parallel tests' disk load. The bound is generous; a passing run
+		// takes about a second.
+		layer := []string{"upper", "work", "disk.img", "disk"}
+		gone := func() bool {
+			for _, p := range layer {
+				if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
+					return false
+				}
+			}
+			return true
+		}
 		waitFor(t, 90*time.Second, func() bool {
 			sb, err := c.GetSandbox(ctx, id)
-			_, upper := os.Lstat(filepath.Join(dir, "upper"))
-			_, disk := os.Lstat(filepath.Join(dir, "disk.img"))
-			return err == nil && sb.Archived && upper != nil && disk != nil
+			return err == nil && sb.Archived && gone()
 		})
-		for _, p := range []string{"upper", "work", "disk.img", "disk"} {
-			if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
-				t.Fatalf("%s: %s is still there after the archive", id, p)
-			}
-		}
 		if _, err := os.Stat(filepath.Join(d.state, "images", "archives", id+".tar.gz")); err != nil {
 			t.Fatalf("%s: the archive: %v", id, err)
 		}
