@@ -200,7 +200,7 @@ func TestInSandbox(t *testing.T) {
 func TestMeasureSmoke(t *testing.T) {
 	testutil.RequireRoot(t)
 	work := testutil.StateDir(t)
-	cfg := config{berth: testutil.Berth(t), work: work, rounds: 2, execRounds: 3, density: 3, bursts: []int{3},
+	cfg := config{berth: testutil.Berth(t), runsc: testutil.Runsc(t), work: work, rounds: 2, execRounds: 3, density: 3, bursts: []int{3},
 		clients: []int{1, 4}, window: 200 * time.Millisecond, churnClients: 3, churnWindow: time.Second, churnMax: 12, smallFiles: 20, peers: true,
 		net: true, netRounds: 2, netRequests: 3, netDensity: 2, portsRounds: 2, portsRequests: 3, portsIdle: 5,
 		pullRounds: 2, imageBytes: 4 << 20, snapRounds: 2, snapFiles: 20, snapBytes: 2 << 20, diffFiles: 50,
