@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api/guestapi"
+	"github.com/berthsh/berth/capability"
 	"github.com/berthsh/berth/runtime"
 )
 
@@ -159,6 +160,10 @@ func Escapes(t *testing.T, h Harness, sb *Sandbox, waived map[string]string) {
 			fmt.Sscanf(strings.TrimSpace(string(r.Stdout)), "%x", &eff)
 			return eff != 0 && eff&(1<<unix.CAP_SYS_ADMIN|1<<unix.CAP_NET_RAW|1<<unix.CAP_SYS_PTRACE) == 0
 		}},
+		// Exactly the default, in every set: an inheritable (or ambient)
+		// capability left over from the guest's start would let root's
+		// children keep more than the bounding set.
+		{"root holds the default capabilities and nothing more", `grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status | tr -d '\t' | tr '\n' ' '`, "", prints(defaultCaps())},
 		{"no descriptors inherited from the guest or daemon", `exec python3 -c "import os; print(' '.join(sorted(os.listdir('/proc/self/fd'))))"`, "", prints("0 1 2 3")},
 		{"user cannot become root", "su -c id root </dev/null", "user", fails},
 		// Resources.
@@ -189,6 +194,16 @@ func Escapes(t *testing.T, h Harness, sb *Sandbox, waived map[string]string) {
 	if got := Sh(t, sb, "echo still-here"); got != "still-here" {
 		t.Fatalf("sandbox broken after the attacks: %q", got)
 	}
+}
+
+// defaultCaps is the capability lines of a root process inside a sandbox
+// (capability.Default), as the attack above prints them.
+func defaultCaps() string {
+	var m uint64
+	for _, c := range capability.Default() {
+		m |= 1 << uint(c)
+	}
+	return fmt.Sprintf("CapInh:%016x CapPrm:%016x CapEff:%016x CapBnd:%016x CapAmb:%016x", 0, m, m, m, 0)
 }
 
 func readHostInt(path string) int {
