@@ -435,10 +435,11 @@ func ruleBlock(nr uint32, r Rule) ([]unix.SockFilter, error) {
 	return prog, nil
 }
 
-// Install sets no_new_privs on every thread of the process, then installs
-// prog on every thread (SECCOMP_FILTER_FLAG_TSYNC); threads and processes
-// created afterwards inherit both. It needs a binary built with
-// CGO_ENABLED=0: syscall.AllThreadsSyscall refuses to run alongside cgo.
+// Install sets no_new_privs and installs prog on every thread of the
+// process (SECCOMP_FILTER_FLAG_TSYNC, which also carries the installing
+// thread's no_new_privs to every other thread, so that one system call
+// does for all of them what would otherwise stop the world); threads and
+// processes created afterwards inherit both.
 //
 // Once installed the filter cannot be removed. Go's syscall.ForkExec uses
 // clone3 only for SysProcAttr.UseCgroupFD and CLONE_NEWTIME, which then
@@ -447,8 +448,12 @@ func Install(prog []unix.SockFilter) error {
 	if len(prog) == 0 || len(prog) > unix.BPF_MAXINSNS {
 		return fmt.Errorf("seccomp: program has %d instructions, want 1 to %d", len(prog), unix.BPF_MAXINSNS)
 	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
-		return fmt.Errorf("seccomp: set no_new_privs on all threads: %w", e)
+	// no_new_privs, which the filter needs on the installing thread, and
+	// the filter itself on the same one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if _, _, e := syscall.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e != 0 {
+		return fmt.Errorf("seccomp: set no_new_privs: %w", e)
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	tid, _, e := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC,
