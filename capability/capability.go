@@ -120,15 +120,17 @@ func lastCap() (int, error) {
 // DropBounding drops every capability not in keep from the bounding set
 // of every OS thread (the first part of Restrict).
 func DropBounding(keep []Cap) error {
-	m, last, err := keepMask(keep)
+	m, last, err := Mask(keep)
 	if err != nil {
 		return err
 	}
 	return dropBounding(m, last)
 }
 
-// keepMask is keep as a mask, with the kernel's last capability.
-func keepMask(keep []Cap) (m uint64, last int, err error) {
+// Mask returns keep as a bit mask (bit c for capability c), with the
+// highest capability number the running kernel knows; a capability above
+// it is an error.
+func Mask(keep []Cap) (m uint64, last int, err error) {
 	if last, err = lastCap(); err != nil {
 		return 0, 0, fmt.Errorf("read the last capability: %w", err)
 	}
@@ -157,15 +159,20 @@ func dropBounding(m uint64, last int) error {
 // Restrict limits every OS thread of the calling process to keep, so that
 // every process it spawns afterwards inherits the limit. On each thread it
 // drops every other capability up to the kernel's last from the bounding
-// set (PR_CAPBSET_DROP, which needs CAP_SETPCAP), clears the ambient set,
-// then sets permitted and effective to keep and inheritable to nothing
-// (capset, which Linux applies per thread, hence syscall.AllThreadsSyscall).
+// set (PR_CAPBSET_DROP, which needs CAP_SETPCAP; those dropped already are
+// skipped), then sets permitted and effective to keep and inheritable to
+// nothing (capset, which Linux applies per thread, hence
+// syscall.AllThreadsSyscall). The kernel keeps no capability ambient that
+// is not both permitted and inheritable, so the empty inheritable set
+// empties the ambient set too, on every thread, with no call of its own.
 //
-// Inheritable stays empty on purpose: root keeps keep across execve
-// anyway (its file sets count as full, capped by the bounding set), while
-// a non-empty inheritable set would let an unprivileged user in the
-// sandbox gain capabilities from a program with file-inheritable
-// capabilities (CVE-2022-24769, the reason Docker empties it too).
+// Inheritable ends empty on purpose: root keeps keep across execve anyway
+// (its file sets count as full, capped by the bounding set), while a
+// non-empty inheritable set would let root's children keep more than the
+// bounding set (root's permitted set after execve is its bounding set and
+// its inheritable set together), and an unprivileged user in the sandbox
+// gain capabilities from a program with file-inheritable capabilities
+// (CVE-2022-24769, the reason Docker empties it too).
 //
 // Every capability in keep must be in the permitted set already. Restrict
 // needs a binary built with CGO_ENABLED=0: AllThreadsSyscall refuses to
@@ -173,15 +180,12 @@ func dropBounding(m uint64, last int) error {
 // runtime aborts the process if a call succeeds on one thread and fails on
 // another.
 func Restrict(keep []Cap) error {
-	m, last, err := keepMask(keep)
+	m, last, err := Mask(keep)
 	if err != nil {
 		return err
 	}
 	if err := dropBounding(m, last); err != nil {
 		return err
-	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 {
-		return fmt.Errorf("clear the ambient set: %w", e)
 	}
 	// Pid 0 in the header means the calling thread, on each thread.
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}

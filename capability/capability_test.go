@@ -220,6 +220,10 @@ func TestRestrictAllThreadsAndChildren(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0])
 	cmd.Env = append(os.Environ(), modeEnv+"="+modeRestrict)
+	// The child starts with capabilities beyond Default in its inheritable
+	// and ambient sets (as a guest the spawner started holds every one in
+	// its inheritable set): Restrict must empty both on every thread.
+	cmd.SysProcAttr = &syscall.SysProcAttr{AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_RAW}}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
