@@ -69,9 +69,10 @@ func check() error {
 // PipeBootstrapFD and reports readiness, or why it failed, on PipeStatusFD.
 func bootPipe(ctx context.Context, log *slog.Logger) error {
 	status := os.NewFile(guestapi.PipeStatusFD, "status")
-	// The bounding set's drops need nothing of the bootstrap: made before
-	// it is read, they overlap the runtime's filling of the sandbox's
-	// directory (prepare then finds them made).
+	// The native runtime's spawner drops the bounding set before the exec
+	// (spawn.Request.Bounding), so this finds the drops made; a guest
+	// started another way makes them here, before the bootstrap is read,
+	// overlapping the runtime's filling of the sandbox's directory.
 	if err := capability.DropBounding(capability.Default()); err != nil {
 		return reportFailure(status, fmt.Errorf("drop capabilities: %w", err))
 	}
@@ -239,9 +240,10 @@ func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener
 		log.Debug("setup", "phase", phase, "took", time.Since(t))
 		t = time.Now()
 	}
-	// The bounding set goes first, while the guest has the fewest threads:
-	// each drop stops every thread, and the effective capabilities the
-	// setup below needs stay until Restrict, which then skips the drops.
+	// The bounding set goes first (if it was not dropped before the exec),
+	// while the guest has the fewest threads: each drop stops every
+	// thread, and the effective capabilities the setup below needs stay
+	// until Restrict, which then skips the drops.
 	if err := capability.DropBounding(capability.Default()); err != nil {
 		return nil, nil, fmt.Errorf("drop capabilities: %w", err)
 	}

@@ -7,13 +7,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berthsh/berth/capability"
 	"github.com/berthsh/berth/internal/osthread"
 )
 
@@ -127,33 +127,90 @@ func start(msg []byte, files []*os.File, truncated bool) (pid, pidfd int, err er
 	if m.CgroupDir {
 		cg.Dir = take(1)[0]
 	}
-	pidfd = -1
-	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.HostID), Size: int(m.Size)}}
-	cmd := &exec.Cmd{
-		Path: m.Path, Args: m.Args, Env: m.Env, Dir: m.Dir,
-		ExtraFiles: extra,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:                 m.Cloneflags,
-			PidFD:                      &pidfd,
-			UidMappings:                ids,
-			GidMappings:                ids,
-			GidMappingsEnableSetgroups: true,
-			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
-			Setsid:                     m.Setsid,
-		},
-	}
-	if out != nil {
-		cmd.Stdout, cmd.Stderr = out, out
-	}
-	if err := StartIn(cmd, cg, func() error { return osthread.SetIDs(m.Owner) }); err != nil {
+	c, err := newChild(m.Request, out, extra)
+	if err != nil {
 		return 0, -1, err
 	}
-	pid = cmd.Process.Pid
-	cmd.Process.Release() // reap reaps it
-	if pidfd < 0 {
-		return 0, -1, errors.New("the kernel gave no pidfd (Linux 5.2+ has them)")
+	defer c.close()
+	cgroupFD := -1
+	if cg.Dir != nil {
+		cgroupFD = int(cg.Dir.Fd())
+	}
+	err = startIn(cg, func() error { return osthread.SetIDs(m.Owner) }, func() (err error) {
+		pid, pidfd, err = forkExec(&c.child, m.Cloneflags, m.HostID, m.Size, cgroupFD)
+		return err
+	})
+	if err != nil {
+		return 0, -1, fmt.Errorf("start %s: %w", m.Path, err)
 	}
 	return pid, pidfd, nil
+}
+
+// preparedChild is a child with the descriptors it holds open until it is
+// started.
+type preparedChild struct {
+	child
+	devNull *os.File
+}
+
+func (p *preparedChild) close() {
+	if p.devNull != nil {
+		p.devNull.Close()
+	}
+}
+
+// newChild prepares req's child: /dev/null as its standard input (and
+// output, without out), extra as descriptors 3, 4, …, and the bounding set
+// req asks for.
+func newChild(req Request, out *os.File, extra []*os.File) (*preparedChild, error) {
+	if req.Path == "" {
+		return nil, errors.New("bad request: no path")
+	}
+	if len(req.Args) == 0 {
+		return nil, errors.New("bad request: no arguments")
+	}
+	path, err := syscall.BytePtrFromString(req.Path)
+	if err != nil {
+		return nil, fmt.Errorf("bad request: path: %w", err)
+	}
+	argv, err := syscall.SlicePtrFromStrings(req.Args)
+	if err != nil {
+		return nil, fmt.Errorf("bad request: args: %w", err)
+	}
+	envv, err := syscall.SlicePtrFromStrings(req.Env)
+	if err != nil {
+		return nil, fmt.Errorf("bad request: env: %w", err)
+	}
+	p := &preparedChild{child: child{path: path, argv: argv, envv: envv, setsid: req.Setsid}}
+	if req.Dir != "" {
+		if p.dir, err = syscall.BytePtrFromString(req.Dir); err != nil {
+			return nil, fmt.Errorf("bad request: dir: %w", err)
+		}
+	}
+	if req.Bounding != nil {
+		keep, last, err := capability.Mask(req.Bounding)
+		if err != nil {
+			return nil, fmt.Errorf("bad request: bounding: %w", err)
+		}
+		p.drop = []uintptr{}
+		for c := 0; c <= last && c < 64; c++ {
+			if keep&(1<<uint(c)) == 0 {
+				p.drop = append(p.drop, uintptr(c))
+			}
+		}
+	}
+	if p.devNull, err = os.OpenFile(os.DevNull, os.O_RDWR, 0); err != nil {
+		return nil, err
+	}
+	stdout := p.devNull
+	if out != nil {
+		stdout = out
+	}
+	p.files = []int{int(p.devNull.Fd()), int(stdout.Fd()), int(stdout.Fd())}
+	for _, f := range extra {
+		p.files = append(p.files, int(f.Fd()))
+	}
+	return p, nil
 }
 
 // reap reaps the spawner's children (all of them started for the daemon,

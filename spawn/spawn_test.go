@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berthsh/berth/capability"
 	"github.com/berthsh/berth/cgroup"
 	"github.com/berthsh/berth/internal/fds"
 	"github.com/berthsh/berth/internal/testutil"
@@ -395,5 +396,96 @@ func TestSpawnSideBySide(t *testing.T) {
 	slices.Sort(pids)
 	if len(slices.Compact(pids)) != n {
 		t.Errorf("pids %v are not %d distinct children", pids, n)
+	}
+}
+
+// capLine reads a capability set ("CapBnd") from lines of a status file.
+func capLine(t *testing.T, lines []string, set string) uint64 {
+	t.Helper()
+	for _, l := range lines {
+		if v, ok := strings.CutPrefix(l, set+":"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in %q", set, lines)
+	return 0
+}
+
+// TestSpawnNarrowsTheBoundingSet: with Bounding, the child execs with only
+// those capabilities in its bounding set, yet still holds every capability
+// (carried by its inheritable set); once a program empties its
+// inheritable set, what it execs has the bounding set's alone. Without
+// Bounding the sets are as a new user namespace leaves them.
+func TestSpawnNarrowsTheBoundingSet(t *testing.T) {
+	s := newSpawner(t)
+	_, last, err := capability.Mask(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := uint64(1)<<(last+1) - 1
+	const show = `grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status`
+	run := func(req spawn.Request) []string {
+		t.Helper()
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		_, pidfd, err := s.Start(req, spawn.Files{Output: w})
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pidfd.Close()
+		out, _ := io.ReadAll(r)
+		return strings.Split(strings.TrimSpace(string(out)), "\n")
+	}
+	narrow := shell(show + `; echo --; setpriv --inh-caps=-all ` + show)
+	narrow.Bounding = []capability.Cap{unix.CAP_CHOWN, unix.CAP_KILL}
+	lines := run(narrow)
+	i := slices.Index(lines, "--")
+	if i < 0 {
+		t.Fatalf("output %q", lines)
+	}
+	before, after := lines[:i], lines[i+1:]
+	keep := uint64(1<<unix.CAP_CHOWN | 1<<unix.CAP_KILL)
+	for set, want := range map[string]uint64{"CapBnd": keep, "CapPrm": full, "CapEff": full, "CapInh": full, "CapAmb": 0} {
+		if got := capLine(t, before, set); got != want {
+			t.Errorf("the child's %s = %x, want %x", set, got, want)
+		}
+	}
+	for set, want := range map[string]uint64{"CapBnd": keep, "CapPrm": keep, "CapEff": keep, "CapInh": 0} {
+		if got := capLine(t, after, set); got != want {
+			t.Errorf("after an empty inheritable set, %s = %x, want %x", set, got, want)
+		}
+	}
+	plain := run(shell(show))
+	for set, want := range map[string]uint64{"CapBnd": full, "CapPrm": full, "CapInh": 0} {
+		if got := capLine(t, plain, set); got != want {
+			t.Errorf("without Bounding, %s = %x, want %x", set, got, want)
+		}
+	}
+	bad := shell("true")
+	bad.Bounding = []capability.Cap{capability.Cap(last + 1)}
+	if _, _, err := s.Start(bad, spawn.Files{}); err == nil || !strings.Contains(err.Error(), "bounding") {
+		t.Errorf("a capability the kernel lacks: %v, want an error naming the bounding set", err)
+	}
+}
+
+// TestSpawnedChildHasDefaultSignals: the child execs with no signal
+// blocked (the spawner blocks them all across its fork) and none ignored.
+func TestSpawnedChildHasDefaultSignals(t *testing.T) {
+	s := newSpawner(t)
+	// The shell's own status, read with builtins.
+	c := startShell(t, s, `while read -r k v; do case $k in SigBlk:|SigIgn:) echo "$k$v";; esac; done </proc/self/status; read x <&3`, spawn.Cgroup{})
+	for _, l := range c.readLines(t, 2) {
+		name, v, _ := strings.Cut(l, ":")
+		if strings.Trim(v, "0") != "" {
+			t.Errorf("the child's %s: %s", name, v)
+		}
 	}
 }

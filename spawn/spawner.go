@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berthsh/berth/capability"
 )
 
 // Request is a child for the spawner to start: it runs Path with Args, Env
@@ -30,6 +32,16 @@ type Request struct {
 	// capabilities kept), so that the user namespace is owned by it.
 	Owner  uint32 `json:"owner"`
 	Setsid bool   `json:"setsid"`
+	// Bounding, unless nil, is the bounding set the child execs with: the
+	// spawner drops every other capability while the child is a single
+	// thread (a Go program can drop them from all its threads only by
+	// stopping the world once per capability). The child's inheritable
+	// set is raised to its permitted set first, so that the program, root
+	// of the user namespace, still starts with every capability (root's
+	// permitted set after execve is its bounding set and its inheritable
+	// set together); it must empty its inheritable set once it needs them
+	// no longer, or its children keep them (capability.Restrict does).
+	Bounding []capability.Cap `json:"bounding"`
 }
 
 // Files are the descriptors a Request passes. The spawner closes its copies

@@ -17,10 +17,16 @@
 // when the daemon's end of their socketpair closes, and its children pass
 // to init.
 //
+// The spawner forks and execs each child itself (fork.go) rather than
+// through os/exec, so that it can narrow the child's bounding set between
+// the namespaces' creation and the exec, while the child is a single
+// thread (Request.Bounding).
+//
 // The daemon and its spawner share one socketpair that no one else holds.
 // Each request carries its own reply socket and the descriptors the child
-// gets, so requests run side by side. StartIn, which both sides use, starts
-// a child born inside a cgroup given as open files.
+// gets, so requests run side by side. StartIn starts an os/exec child born
+// inside a cgroup given as open files; the spawner's children are born the
+// same way.
 package spawn
 
 import (
@@ -70,8 +76,14 @@ func StartIn(cmd *exec.Cmd, cg Cgroup, onThread func() error) error {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = int(cg.Dir.Fd())
 	}
+	return startIn(cg, onThread, cmd.Start)
+}
+
+// startIn runs start, which forks, on a thread in cg's v1 groups and
+// after onThread, as StartIn describes; a v2 group is start's to use.
+func startIn(cg Cgroup, onThread func() error, start func() error) error {
 	if len(cg.Tasks) == 0 && onThread == nil {
-		return cmd.Start()
+		return start()
 	}
 	tid, err := osthread.Discarded(func(tid int) error {
 		for _, f := range cg.Tasks {
@@ -84,7 +96,7 @@ func StartIn(cmd *exec.Cmd, cg Cgroup, onThread func() error) error {
 				return err
 			}
 		}
-		return cmd.Start()
+		return start()
 	})
 	// An exited thread has left its cgroups: then the group holds only the
 	// child, and can be removed once the child is gone.

@@ -518,6 +518,10 @@ func (r *Runtime) guestRequest(logPath string, ids runtime.IDMap) (req spawn.Req
 		// sandbox's.
 		Owner:  ids.HostID,
 		Setsid: true, // not in the daemon's session: survives it
+		// Dropped before the guest's exec, by the spawner, while the child
+		// is one thread: the guest's own drops (a stop-the-world each)
+		// then find them made.
+		Bounding: capability.Default(),
 	}
 	files = spawn.Files{Output: logf, Extra: []*os.File{guestSock, statusW}}
 	return req, files, bootSock, statusR, nil
