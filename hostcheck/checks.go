@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/berthsh/berth/cgroup"
 	"github.com/berthsh/berth/internal/guestbin"
 	"github.com/berthsh/berth/internal/hostpath"
+	"github.com/berthsh/berth/internal/osthread"
 	"github.com/berthsh/berth/runtime"
 	"github.com/berthsh/berth/runtime/gvisor"
 	"github.com/berthsh/berth/runtime/native"
@@ -386,40 +388,63 @@ func checkKVM(_ context.Context, o *Options) (Status, string, string) {
 }
 
 // checkCgroupMoves says how a guest gets into its cgroups. On cgroup v2
-// the runtime creates it there (CLONE_INTO_CGROUP). On v1 it is moved in,
-// and each move waits for an RCU grace period on the kernel's global
-// threadgroup lock unless a cgroup root is mounted with favordynmods
-// (Linux 6.0+), which trades that wait for a little more cost on every
-// fork and exit of the host. Measured on this project's 2-core VM (Linux
-// 6.18, hybrid layout): one move after 50 ms idle, 8.6 ms p50 without,
-// 0.24 ms with.
+// the runtime creates it there (CLONE_INTO_CGROUP). On v1 the thread that
+// forks it joins each of the guest's groups first, by writing "0" (the
+// writing thread) to the group's tasks file; the check times one such
+// move into a scratch pids group, after 50 ms idle, the way a create
+// meets it. Kernels that move the writing thread without the global
+// threadgroup lock take a fraction of a millisecond (0.3 ms on this
+// project's 2-core VM, Linux 6.18); one that takes the lock waits for an
+// RCU grace period (5.5 ms there by thread id), unless a cgroup2 root is
+// mounted with favordynmods (Linux 6.0+).
 func checkCgroupMoves(_ context.Context, _ *Options) (Status, string, string) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(cgroupMount, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
 		return OK, "cgroup v2: guests are created inside their cgroup (CLONE_INTO_CGROUP), no move to wait for", ""
 	}
-	opts, err := cgroup2Options()
+	took, err := timeMove(filepath.Join(cgroupMount, "pids"))
 	if err != nil {
-		return Warn, "read /proc/self/mountinfo: " + err.Error(), "mount /proc"
+		return Warn, "cgroup v1: could not time a move into a scratch pids group: " + err.Error(), "mount the pids controller at " + cgroupMount + "/pids"
 	}
-	for mnt, o := range opts {
-		if slices.Contains(strings.Split(o, ","), "favordynmods") {
-			return OK, "cgroup v1: guests are moved into their cgroups; " + mnt + " is mounted with favordynmods, so a move does not wait for an RCU grace period", ""
+	detail := fmt.Sprintf("cgroup v1: the thread that forks each guest joins its groups first; one move here took %.2f ms", float64(took)/float64(time.Millisecond))
+	if took < 2*time.Millisecond {
+		return OK, detail, ""
+	}
+	detail += " (this kernel takes its global threadgroup lock for it, whose writer waits for an RCU grace period): every create without a spare or a warm pool pays it once per hierarchy"
+	opts, _ := cgroup2Options()
+	for mnt := range opts {
+		return Warn, detail, "mount -o remount,favordynmods " + mnt + " (Linux 6.0+; every fork and exit on the host costs a little more)"
+	}
+	return Warn, detail, "mkdir -p /sys/fs/cgroup/unified && mount -t cgroup2 -o favordynmods none /sys/fs/cgroup/unified " +
+		"(Linux 6.0+; every fork and exit on the host costs a little more)"
+}
+
+// timeMove times the move berth's spawner makes: a thread writing "0" to
+// the tasks file of a fresh group in hierarchy, after 50 ms without one.
+// The group is removed again (the thread ends, leaving it empty).
+func timeMove(hierarchy string) (time.Duration, error) {
+	dir := filepath.Join(hierarchy, fmt.Sprintf("berth-doctor-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return 0, err
+	}
+	var took time.Duration
+	tid, err := osthread.Discarded(func(int) error {
+		f, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			return err
 		}
+		defer f.Close()
+		time.Sleep(50 * time.Millisecond)
+		t := time.Now()
+		_, err = f.Write([]byte("0"))
+		took = time.Since(t)
+		return err
+	})
+	osthread.WaitGone(tid)
+	if rmErr := os.Remove(dir); err == nil {
+		err = rmErr
 	}
-	detail := "cgroup v1: each guest is moved into its cgroups, and each move waits for an RCU grace period (8.6 ms p50 measured on a 2-core VM; " +
-		"0.24 ms with favordynmods): a create without a warm pool pays it"
-	if len(opts) == 0 {
-		return Warn, detail, "mkdir -p /sys/fs/cgroup/unified && mount -t cgroup2 -o favordynmods none /sys/fs/cgroup/unified " +
-			"(Linux 6.0+; every fork and exit on the host costs a little more)"
-	}
-	var mnt string
-	for m := range opts {
-		mnt = m
-		break
-	}
-	return Warn, detail, "mount -o remount,favordynmods " + mnt + " (Linux 6.0+; every fork and exit on the host costs a little more; " +
-		"on Linux 6.18 turning it off again left moves fast until a reboot)"
+	return took, err
 }
 
 // cgroup2Options returns each cgroup2 mount's super-block options.

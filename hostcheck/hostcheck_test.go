@@ -153,3 +153,24 @@ func BenchmarkAll(b *testing.B) {
 		All(context.Background(), o)
 	}
 }
+
+// TestCgroupMoveIsTimed: on cgroup v1 the check times a real move (the
+// spawner's, by "0") and leaves no scratch group behind; on v2 it says
+// there is no move.
+func TestCgroupMoveIsTimed(t *testing.T) {
+	testutil.RequireRoot(t)
+	st, detail, fix := checkCgroupMoves(context.Background(), &Options{})
+	t.Logf("%s %s %s", st, detail, fix)
+	if strings.HasPrefix(detail, "cgroup v2") {
+		return
+	}
+	if !strings.Contains(detail, "one move here took") || !strings.Contains(detail, " ms") {
+		t.Errorf("no time in %q", detail)
+	}
+	if (st == OK) != (fix == "") {
+		t.Errorf("%s with fix %q", st, fix)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cgroupMount, "pids", "berth-doctor-*")); len(left) > 0 {
+		t.Errorf("scratch groups left: %v", left)
+	}
+}
