@@ -603,16 +603,36 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 	}
 	r.Forget(id)
 	r.inits.Delete(id)
+	waited := false
+	waitInit := func() error {
+		if st.Pid > 0 {
+			if err := hostproc.WaitExit(st.Pid, st.StartTime, 5*time.Second); err != nil {
+				return fmt.Errorf("sandbox %s: init %d: %w", id, st.Pid, err)
+			}
+		}
+		return nil
+	}
 	cg, err := r.Cgroups.Load(id)
 	if err == nil {
 		r.Retire(id, cg)
+		// The kernel reaps everything in a PID namespace before its init
+		// has exited, so an init's exit (its pidfd, no polling) leaves the
+		// group empty but for what joined it from outside, which the kill
+		// below then finds at its first look. A frozen init dies only once
+		// thawed, which the kill does first.
+		if frozen, err := cg.Frozen(); err == nil && !frozen {
+			if err := waitInit(); err != nil {
+				return err
+			}
+			waited = true
+		}
 		cg.Kill()
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("sandbox %s: load cgroup: %w", id, err)
 	}
-	if st.Pid > 0 {
-		if err := hostproc.WaitExit(st.Pid, st.StartTime, 5*time.Second); err != nil {
-			return fmt.Errorf("sandbox %s: init %d: %w", id, st.Pid, err)
+	if !waited {
+		if err := waitInit(); err != nil {
+			return err
 		}
 	}
 	tWait := time.Now()
