@@ -214,9 +214,9 @@ func newChild(req Request, out *os.File, extra []*os.File) (*preparedChild, erro
 }
 
 // reap reaps the spawner's children (all of them started for the daemon,
-// whose Process handles were released) as they exit, until stopped. A
-// start whose exec failed has Go wait for its child itself; if reap took
-// it first, that wait ends at once.
+// whose pidfds the daemon holds) as they exit, until stopped. A start
+// whose child failed before its exec waits for that child itself
+// (forkExec); if reap took it first, that wait ends at once.
 func reap() (stop func()) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGCHLD)

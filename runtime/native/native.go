@@ -619,14 +619,16 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 		// has exited, so an init's exit (its pidfd, no polling) leaves the
 		// group empty but for what joined it from outside, which the kill
 		// below then finds at its first look. A frozen init dies only once
-		// thawed, which the kill does first.
+		// thawed, which the kill does first. An init that does not die
+		// still has the rest of its group killed before Stop says so.
+		var initErr error
 		if frozen, err := cg.Frozen(); err == nil && !frozen {
-			if err := waitInit(); err != nil {
-				return err
-			}
-			waited = true
+			initErr, waited = waitInit(), true
 		}
 		cg.Kill()
+		if initErr != nil {
+			return initErr
+		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("sandbox %s: load cgroup: %w", id, err)
 	}
