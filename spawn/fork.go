@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
@@ -113,7 +114,8 @@ func forkExec(c *child, cloneflags uintptr, hostID, size uint32, cgroupFD int) (
 		unix.Close(wait[0])
 		return 0, -1, fmt.Errorf("pipe: %w", err)
 	}
-	defer unix.Close(report[0])
+	reportR := os.NewFile(uintptr(report[0]), "report")
+	defer reportR.Close()
 	c.wait, c.waitW, c.report = wait[0], wait[1], report[1]
 	args := &cloneArgs{flags: uint64(cloneflags) | unix.CLONE_PIDFD, exitSignal: uint64(unix.SIGCHLD)}
 	if cgroupFD >= 0 {
@@ -152,14 +154,11 @@ func forkExec(c *child, cloneflags uintptr, hostID, size uint32, cgroupFD int) (
 	}
 	// The report's end in the child closes at its exec: EOF is success.
 	var rep [8]byte
-	n, err := readFull(report[0], rep[:])
-	switch {
+	switch _, err := io.ReadFull(reportR, rep[:]); {
+	case errors.Is(err, io.EOF):
+		return pid, pidfd, nil
 	case err != nil:
 		return fail(fmt.Errorf("read the child's report: %w", err))
-	case n == 0:
-		return pid, pidfd, nil
-	case n != len(rep):
-		return fail(fmt.Errorf("the child's report: %d bytes", n))
 	}
 	step, e := binary.NativeEndian.Uint32(rep[:4]), syscall.Errno(binary.NativeEndian.Uint32(rep[4:]))
 	name := "step " + strconv.Itoa(int(step))
@@ -180,25 +179,6 @@ func writeMap(path string, m []byte) error {
 		err = cerr
 	}
 	return err
-}
-
-// readFull reads from fd until b is full or EOF.
-func readFull(fd int, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		k, err := unix.Read(fd, b[n:])
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return n, err
-		}
-		if k == 0 {
-			break
-		}
-		n += k
-	}
-	return n, nil
 }
 
 // fork clones the calling thread into a child that runs c, with every
