@@ -268,24 +268,17 @@ func (c *child) run(mask uint64) {
 	if errno = c.placeFiles(); errno != 0 {
 		goto fail
 	}
-	// Go's handlers are the spawner's: a signal that came between the
-	// mask's restore and the exec would run one in this copy.
+	// Every disposition to the default: Go's handlers are the spawner's
+	// (a signal that came between the mask's restore and the exec would
+	// run one in this copy), and a signal the spawner was started with
+	// ignored (make ignores 32 and 33 for its children) is no sandbox's.
 	step = stepSignals
 	for sig := uintptr(1); sig <= 64; sig++ {
 		if sig == uintptr(unix.SIGKILL) || sig == uintptr(unix.SIGSTOP) {
 			continue
 		}
-		var act kernelSigaction
-		if _, _, e := syscall.RawSyscall6(unix.SYS_RT_SIGACTION, sig, 0, uintptr(unsafe.Pointer(&act)), 8, 0, 0); e != 0 {
-			continue // a number this kernel does not have
-		}
-		if act.handler == 0 || act.handler == 1 { // SIG_DFL, SIG_IGN: exec keeps them
-			continue
-		}
-		act = kernelSigaction{}
-		if _, _, errno = syscall.RawSyscall6(unix.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0); errno != 0 {
-			goto fail
-		}
+		var dfl kernelSigaction
+		syscall.RawSyscall6(unix.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0) // EINVAL: a number this kernel lacks
 	}
 	if _, _, errno = syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&mask)), 0, 8, 0, 0); errno != 0 {
 		goto fail

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -477,9 +478,13 @@ func TestSpawnNarrowsTheBoundingSet(t *testing.T) {
 }
 
 // TestSpawnedChildHasDefaultSignals: the child execs with no signal
-// blocked (the spawner blocks them all across its fork) and none ignored.
+// blocked (the spawner blocks them all across its fork) and none ignored,
+// even one the spawner itself was started with ignored (as make starts
+// its children with 32 and 33).
 func TestSpawnedChildHasDefaultSignals(t *testing.T) {
 	s := newSpawner(t)
+	signal.Ignore(unix.SIGPIPE, unix.SIGHUP) // inherited by the spawner this test starts
+	defer signal.Reset(unix.SIGPIPE, unix.SIGHUP)
 	// The shell's own status, read with builtins.
 	c := startShell(t, s, `while read -r k v; do case $k in SigBlk:|SigIgn:) echo "$k$v";; esac; done </proc/self/status; read x <&3`, spawn.Cgroup{})
 	for _, l := range c.readLines(t, 2) {
