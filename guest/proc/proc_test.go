@@ -3,6 +3,7 @@ package proc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -563,5 +564,52 @@ func TestInterleavingKept(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("replay: %q", got)
+	}
+}
+
+// TestDrainAfterTheDeadline: output a process wrote before it exited is
+// kept though the reader comes to it only after the exit's grace set the
+// pipe's deadline (a reader scheduled late, under load); and a writer that
+// goes on writing cannot keep the drain going.
+func TestDrainAfterTheDeadline(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if _, err := w.Write([]byte("written before the exit\n")); err != nil {
+		t.Fatal(err)
+	}
+	r.SetReadDeadline(time.Now())
+	buf := make([]byte, readChunk)
+	if _, err := r.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read after the deadline: %v, want it exceeded", err)
+	}
+	var got []byte
+	drainBuffered(r, buf, func(b []byte) { got = append(got, b...) })
+	if string(got) != "written before the exit\n" {
+		t.Fatalf("drained %q", got)
+	}
+	// An endless writer: the drain stops at its bound.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		chunk := make([]byte, 4096)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	n := 0
+	drainBuffered(r, buf, func(b []byte) { n += len(b) })
+	if n > drainMost+readChunk {
+		t.Fatalf("drained %d bytes from an endless writer, bound %d", n, drainMost)
 	}
 }

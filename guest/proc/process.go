@@ -292,17 +292,23 @@ func (p *Process) run(s stdio, timeout time.Duration) {
 			continue
 		}
 		pipes.Go(func() {
+			// Beyond the bound: read and dropped (a terminal's still
+			// reaches the scrollback).
+			keep := func(b []byte) {
+				if p.tty {
+					p.appendTerminal(b)
+				} else {
+					p.appendOutput(stream, b)
+				}
+			}
 			buf := make([]byte, readChunk)
 			for {
 				n, err := r.Read(buf)
 				if n > 0 {
-					// Beyond the bound: read and dropped (a terminal's still
-					// reaches the scrollback).
-					if p.tty {
-						p.appendTerminal(buf[:n])
-					} else {
-						p.appendOutput(stream, buf[:n])
-					}
+					keep(buf[:n])
+				}
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					drainBuffered(r, buf, keep)
 				}
 				if err != nil {
 					return
@@ -370,6 +376,36 @@ func (p *Process) run(s stdio, timeout time.Duration) {
 	}
 	p.end(r)
 }
+
+// drainBuffered passes to keep what r (a non-blocking pipe or terminal)
+// holds already, up to drainMost, without waiting for more. The deadline
+// that ended the reading of r stops the wait for a writer that lives on
+// (a background child), not the reading of what was written before: a
+// reader scheduled late, under load, would otherwise drop output the
+// process wrote before it exited.
+func drainBuffered(r *os.File, buf []byte, keep func([]byte)) {
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		if fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK == 0 {
+			return // a read could wait
+		}
+		for total := 0; total < drainMost; {
+			n, err := unix.Read(int(fd), buf)
+			if n <= 0 || err != nil {
+				return // empty (EAGAIN), the end, or an error
+			}
+			keep(buf[:n])
+			total += n
+		}
+	})
+}
+
+// drainMost bounds drainBuffered: what a pipe holds at its largest size,
+// so a writer that goes on writing cannot keep it reading.
+const drainMost = 1 << 20
 
 // Subscribe streams the kept output from the beginning, then live output,
 // then an exit event (its Result without output) once the process is

@@ -326,7 +326,7 @@ func testConcurrent(t *testing.T, h Harness) {
 				return
 			}
 			if strings.TrimSpace(string(r.Stdout)) != want {
-				errs <- fmt.Errorf("exec %d: got %q", i, r.Stdout)
+				errs <- fmt.Errorf("exec %d: got %q (exit %d, signal %d, stderr %q, start error %q)", i, r.Stdout, r.ExitCode, r.Signal, r.Stderr, r.StartError)
 			}
 		}()
 	}
