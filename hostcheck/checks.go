@@ -43,7 +43,7 @@ const cgoFix = "rebuild berth with CGO_ENABLED=0: make build, or CGO_ENABLED=0 g
 // checkStatic asks what every create asks of the guest: can this binary
 // run a system call on every thread at once (syscall.AllThreadsSyscall,
 // which a build linked with cgo answers ENOTSUP)? Without it a sandbox's
-// init cannot drop its capabilities or install seccomp.
+// init cannot drop its capabilities.
 func checkStatic(_ context.Context, o *Options) (Status, string, string) {
 	_, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_GET_DUMPABLE, 0, 0)
 	if e == 0 {
@@ -53,7 +53,7 @@ func checkStatic(_ context.Context, o *Options) (Status, string, string) {
 		return Fail, fmt.Sprintf("syscall.AllThreadsSyscall: %v", e), cgoFix
 	}
 	self := fmt.Sprintf("this berth is linked with cgo: syscall.AllThreadsSyscall answers %v, so a sandbox's init cannot drop its capabilities "+
-		"(every create would fail: drop DAC_READ_SEARCH from the bounding set: operation not supported)", e)
+		"(every create would fail: set permitted and effective capabilities: operation not supported)", e)
 	if o.GuestBinary == "" && !guestbin.Embedded() {
 		return Fail, self, cgoFix
 	}
