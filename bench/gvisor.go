@@ -101,7 +101,6 @@ func (s *suite) gvisorExecs(ctx context.Context, subjects []subject) error {
 // checkpoints measures pause with memory and resume of an idle gvisor
 // sandbox and of one whose process holds 512 MiB, several rounds each.
 func (s *suite) checkpoints(ctx context.Context, d *daemon) error {
-	const rounds = 5
 	for _, c := range []struct {
 		what, setup string
 	}{
@@ -124,7 +123,7 @@ func (s *suite) checkpoints(ctx context.Context, d *daemon) error {
 		}
 		var pause, resume []float64
 		var held float64
-		for range rounds {
+		for range s.cfg.gvisorRounds {
 			if u, err := d.client.Stats(ctx, sb.ID); err == nil {
 				held = float64(u.MemoryBytes) / (1 << 20)
 			}
@@ -155,7 +154,7 @@ func (s *suite) checkpoints(ctx context.Context, d *daemon) error {
 // cgroups hold (gVisor's kernel and file server with the guest) and the
 // PSS of their processes.
 func (s *suite) gvisorMemory(ctx context.Context, d *daemon) error {
-	const n = 20
+	n := s.cfg.gvisorDensity
 	var ids []string
 	defer func() {
 		for _, id := range ids {
@@ -179,7 +178,7 @@ func (s *suite) gvisorMemory(ctx context.Context, d *daemon) error {
 		charged += u.MemoryBytes
 	}
 	_, pss, procs := guestMemory(ids)
-	per := func(v int64) *float64 { x := float64(v) / n / (1 << 20); return &x }
+	per := func(v int64) *float64 { x := float64(v) / float64(n) / (1 << 20); return &x }
 	s.res.Metrics = append(s.res.Metrics,
 		Metric{Group: "gvisor", Name: fmt.Sprintf("memory per idle gvisor sandbox: charged to its memory cgroup (%d sandboxes)", n), Subject: "berth gvisor", Unit: "MiB", Value: per(charged)},
 		Metric{Group: "gvisor", Name: fmt.Sprintf("memory per idle gvisor sandbox: PSS of its processes (%d: sentry, gofer, stubs)", procs), Subject: "berth gvisor", Unit: "MiB", Value: per(pss)})

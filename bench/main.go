@@ -55,6 +55,8 @@ func main() {
 	flag.IntVar(&cfg.netDensity, "net-density", 100, "idle sandboxes per network mode for the network's memory")
 	flag.IntVar(&cfg.portsRounds, "ports-rounds", 20, "rounds of a batch of round trips on each port path")
 	flag.IntVar(&cfg.snapRounds, "snap-rounds", 20, "rounds of snapshot, fork and diff samples")
+	flag.IntVar(&cfg.gvisorRounds, "gvisor-rounds", 5, "rounds of pause with memory and resume of each gvisor sandbox (idle, 512 MiB)")
+	flag.IntVar(&cfg.gvisorDensity, "gvisor-density", 20, "idle gvisor sandboxes for their memory")
 	flag.IntVar(&cfg.snapFiles, "snap-files", 1000, "files the snapshotted sandbox writes")
 	flag.Int64Var(&cfg.snapBytes, "snap-bytes", 100<<20, "bytes the snapshotted sandbox writes, over its files")
 	flag.IntVar(&cfg.diffFiles, "diff-files", 10000, "files the diffed sandbox writes")
@@ -155,6 +157,8 @@ func (c config) check() error {
 		return errors.New("-snap-bytes must be between -snap-files and 4 GiB")
 	case c.e2bRounds < 1 || c.e2bRounds > 1000 || c.execRounds > 100_000:
 		return errors.New("-e2b-rounds must be between 1 and 1000 (and -exec-rounds at most 100000)")
+	case c.gvisorRounds < 1 || c.gvisorRounds > 100 || c.gvisorDensity < 1 || c.gvisorDensity > 1000:
+		return errors.New("-gvisor-rounds must be between 1 and 100, -gvisor-density between 1 and 1000")
 	}
 	for _, k := range c.only {
 		if !slices.Contains([]string{"starts", "exec", "roundtrips", "throughput", "bursts", "churn", "files", "density", "network", "ports", "images", "snapshots", "e2b", "gvisor"}, k) {

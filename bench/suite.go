@@ -48,6 +48,8 @@ type config struct {
 	pullRounds    int           // first pulls of the image
 	imageBytes    int64         // random bytes in the pulled image, over its data layers
 	snapRounds    int           // rounds of snapshot, fork and diff samples
+	gvisorRounds  int           // rounds of pause with memory and resume, per case
+	gvisorDensity int           // idle gvisor sandboxes for their memory
 	snapFiles     int           // files the changed sandbox wrote (of snapBytes/snapFiles bytes each)
 	snapBytes     int64         // bytes it wrote
 	diffFiles     int           // files the diffed sandbox changed

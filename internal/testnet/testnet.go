@@ -72,7 +72,9 @@ func New(t T) *Net {
 	}
 	var b [4]byte
 	rand.Read(b[:])
-	n := &Net{Name: fmt.Sprintf("berth-test-%x", b), records: map[string][]netip.Addr{}}
+	// The pid tells a process's namespaces from those of tests running
+	// beside it (NamePrefix).
+	n := &Net{Name: NamePrefix(os.Getpid()) + fmt.Sprintf("%x", b), records: map[string][]netip.Addr{}}
 	n.Path = filepath.Join("/run/netns", n.Name)
 	ip(t, "netns", "add", n.Name)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", n.Name).Run() })
@@ -83,6 +85,9 @@ func New(t T) *Net {
 	n.makeCA(t)
 	return n
 }
+
+// NamePrefix begins the name of every namespace New makes in process pid.
+func NamePrefix(pid int) string { return fmt.Sprintf("berth-test-%d-", pid) }
 
 func ip(t T, args ...string) {
 	t.Helper()
