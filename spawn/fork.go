@@ -50,9 +50,6 @@ type cloneArgs struct {
 	cgroup     uint64
 }
 
-// capData is the kernel's __user_cap_data_struct, twice for version 3.
-type capData struct{ effective, permitted, inheritable uint32 }
-
 // kernelSigaction is the kernel's struct sigaction on amd64 and arm64.
 type kernelSigaction struct {
 	handler  uintptr
@@ -243,11 +240,11 @@ func (c *child) run(mask uint64) {
 		// inheritable set carries every capability across the exec.
 		step = stepCaps
 		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-		var data [2]capData
+		var data [2]unix.CapUserData
 		if _, _, errno = syscall.RawSyscall(unix.SYS_CAPGET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
 			goto fail
 		}
-		data[0].inheritable, data[1].inheritable = data[0].permitted, data[1].permitted
+		data[0].Inheritable, data[1].Inheritable = data[0].Permitted, data[1].Permitted
 		if _, _, errno = syscall.RawSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
 			goto fail
 		}
