@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/network"
@@ -47,20 +48,28 @@ func startNetwork(cfg NetworkConfig, listen string, st *store.Store, record func
 		up.Close()
 		return nil, nil, "", err
 	}
-	roots, err := x509.SystemCertPool()
-	if err != nil {
-		roots = x509.NewCertPool()
-	}
+	// The host's roots take some 17 ms of CPU to parse: with no CA of the
+	// user's, crypto/x509 loads them at the first upstream handshake; with
+	// one, the pool of both is made then too (the file is checked now).
+	var roots func() *x509.CertPool
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
 			up.Close()
 			return nil, nil, "", fmt.Errorf("--egress-ca: %w", err)
 		}
-		if !roots.AppendCertsFromPEM(pem) {
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
 			up.Close()
 			return nil, nil, "", fmt.Errorf("--egress-ca %s: no PEM certificate in it", cfg.CAFile)
 		}
+		roots = sync.OnceValue(func() *x509.CertPool {
+			pool, err := x509.SystemCertPool()
+			if err != nil {
+				pool = x509.NewCertPool()
+			}
+			pool.AppendCertsFromPEM(pem)
+			return pool
+		})
 	}
 	var deny []netip.AddrPort
 	if listen != "" {

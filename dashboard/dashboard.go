@@ -25,6 +25,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/server"
@@ -36,7 +37,7 @@ var assets embed.FS
 // file is one embedded file, ready to serve.
 type file struct {
 	body  []byte
-	gz    []byte // gzip of body, when that is smaller
+	gz    func() []byte // gzip of body, made at the first request; nil when not smaller
 	ctype string
 	etag  string
 }
@@ -46,7 +47,9 @@ type Group struct {
 	files map[string]*file // by path under assets/, e.g. "app.js"
 }
 
-// New loads the embedded files (and compresses them) once.
+// New loads the embedded files; each is compressed once, when first asked
+// for (at the best level: some 40 ms of CPU for all of them, which a
+// daemon's start need not pay).
 func New() *Group { return newGroup(assets) }
 
 // newGroup serves the files under assets/ in fsys.
@@ -66,13 +69,16 @@ func newGroup(fsys fs.FS) *Group {
 		}
 		sum := sha256.Sum256(body)
 		f := &file{body: body, ctype: ctype, etag: `"` + hex.EncodeToString(sum[:12]) + `"`}
-		var buf bytes.Buffer
-		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-		zw.Write(body)
-		zw.Close()
-		if buf.Len() < len(body) {
-			f.gz = buf.Bytes()
-		}
+		f.gz = sync.OnceValue(func() []byte {
+			var buf bytes.Buffer
+			zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+			zw.Write(body)
+			zw.Close()
+			if buf.Len() >= len(body) {
+				return nil
+			}
+			return buf.Bytes()
+		})
 		g.files[strings.TrimPrefix(p, "assets/")] = f
 		return nil
 	})
@@ -141,9 +147,11 @@ func (g *Group) serve(w http.ResponseWriter, r *http.Request, name string) error
 		return nil
 	}
 	body := f.body
-	if f.gz != nil && acceptsGzip(r) {
-		body = f.gz
-		h.Set("Content-Encoding", "gzip")
+	if acceptsGzip(r) {
+		if gz := f.gz(); gz != nil {
+			body = gz
+			h.Set("Content-Encoding", "gzip")
+		}
 	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)

@@ -30,7 +30,7 @@ func (sb *Sandbox) terminate(c, up net.Conn, prefix []byte, name string, dst net
 	cfg := sb.tlsDown.Clone()
 	cfg.Certificates = []tls.Certificate{cert}
 	down := tls.Server(&prefixConn{Conn: c, prefix: prefix}, cfg)
-	upTLS := tls.Client(up, &tls.Config{ServerName: name, RootCAs: sb.svc.cfg.RootCAs, ClientSessionCache: sb.sessions,
+	upTLS := tls.Client(up, &tls.Config{ServerName: name, RootCAs: sb.svc.cfg.RootCAs(), ClientSessionCache: sb.sessions,
 		NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
 	ctx, cancel := context.WithTimeout(sb.ctx, dialTimeout)
 	upErr := make(chan error, 1)

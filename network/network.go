@@ -62,9 +62,12 @@ type Config struct {
 	Upstream Upstream
 	// Resolvers answer the names the policy allows.
 	Resolvers []netip.AddrPort
-	// RootCAs verify upstream certificates where the daemon terminates TLS
-	// (nil: the host's roots).
-	RootCAs *x509.CertPool
+	// RootCAs returns the roots that verify upstream certificates where
+	// the daemon terminates TLS; it is called at each such connection, so
+	// a pool made at the first call (sync.OnceValue) costs a daemon
+	// nothing at start. nil: the host's roots, which crypto/x509 loads at
+	// the first verification.
+	RootCAs func() *x509.CertPool
 	// DenyAddrs are refused in every mode: the daemon's own listeners.
 	DenyAddrs []netip.AddrPort
 	// Secret returns the value of a tenant's secret.
@@ -96,11 +99,7 @@ func NewService(cfg Config) (*Service, error) {
 		cfg.Record = func(string, api.EgressRecord) {}
 	}
 	if cfg.RootCAs == nil {
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			return nil, fmt.Errorf("network: the host's root certificates: %w", err)
-		}
-		cfg.RootCAs = pool
+		cfg.RootCAs = func() *x509.CertPool { return nil } // tls.Config's nil: the host's roots
 	}
 	return &Service{cfg: cfg}, nil
 }

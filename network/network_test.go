@@ -88,7 +88,7 @@ func newWorld(t testing.TB, n api.Network, deny ...netip.AddrPort) *world {
 	t.Cleanup(func() { up.Close() })
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(w.inet.CAPEM)
-	svc, err := NewService(Config{Upstream: up, Resolvers: []netip.AddrPort{dnsAddr}, RootCAs: roots, DenyAddrs: deny,
+	svc, err := NewService(Config{Upstream: up, Resolvers: []netip.AddrPort{dnsAddr}, RootCAs: func() *x509.CertPool { return roots }, DenyAddrs: deny,
 		Secret: func(_ context.Context, tenant, name string) (string, error) {
 			if name == "openai" {
 				return canary, nil
