@@ -38,15 +38,12 @@ func CheckGuest(bin string) error {
 // sandboxes, and an upgrade never overwrites a binary that sandboxes run.
 func InstallGuest(src, dir string) (string, error) {
 	if hashNamed(src) {
-		// Installed already (by guestbin.Install into the daemon's bin, or
+		// Installed already (by InstallGuestBytes into the daemon's bin, or
 		// here for another runtime): a link, without a read and a hash of
 		// its megabytes again; a copy if dir is on another file system.
 		dst := filepath.Join(dir, filepath.Base(src))
-		if filepath.Clean(src) == filepath.Clean(dst) {
-			return dst, nil
-		}
 		if _, err := os.Stat(dst); err == nil {
-			return dst, nil
+			return dst, nil // src itself, or its link made before
 		}
 		if err := os.MkdirAll(dir, 0o711); err != nil {
 			return "", err
@@ -59,9 +56,20 @@ func InstallGuest(src, dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read guest binary: %w", err)
 	}
+	return InstallGuestBytes(b, dir)
+}
+
+// guestPrefix begins the name of every installed guest binary; 16 hex
+// digits of its SHA-256 follow.
+const guestPrefix = "berth-guest-"
+
+// InstallGuestBytes writes b into dir as a guest binary named by its
+// content hash, unless a file of that name and size is there already, and
+// returns its path.
+func InstallGuestBytes(b []byte, dir string) (string, error) {
 	sum := sha256.Sum256(b)
-	dst := filepath.Join(dir, "berth-guest-"+hex.EncodeToString(sum[:8]))
-	if _, err := os.Stat(dst); err == nil {
+	dst := filepath.Join(dir, guestPrefix+hex.EncodeToString(sum[:8]))
+	if fi, err := os.Stat(dst); err == nil && fi.Size() == int64(len(b)) {
 		return dst, nil
 	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
@@ -89,12 +97,12 @@ func InstallGuest(src, dir string) (string, error) {
 	return dst, nil
 }
 
-// hashNamed says whether src is a guest binary installed by this package or
-// guestbin: a regular file of this process's user named berth-guest- and 16
+// hashNamed says whether src is a guest binary installed by this package:
+// a regular file of this process's user named berth-guest- and 16
 // hex digits of its hash, in a directory only its owner may write, so that
 // nobody else can have put another binary under that name.
 func hashNamed(src string) bool {
-	sum, ok := strings.CutPrefix(filepath.Base(src), "berth-guest-")
+	sum, ok := strings.CutPrefix(filepath.Base(src), guestPrefix)
 	if !ok || len(sum) != 16 || strings.ToLower(sum) != sum {
 		return false
 	}

@@ -5,11 +5,9 @@
 package guestbin
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
+
+	"github.com/berthsh/berth/runtime"
 )
 
 // Install writes the embedded guest into dir, named by its content hash
@@ -19,31 +17,8 @@ func Install(dir string) (string, error) {
 	if len(binary) == 0 {
 		return "", nil
 	}
-	sum := sha256.Sum256(binary)
-	dst := filepath.Join(dir, "berth-guest-"+hex.EncodeToString(sum[:8]))
-	if fi, err := os.Stat(dst); err == nil && fi.Size() == int64(len(binary)) {
-		return dst, nil
-	}
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return "", fmt.Errorf("install guest: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, ".guest-")
+	dst, err := runtime.InstallGuestBytes(binary, dir)
 	if err != nil {
-		return "", fmt.Errorf("install guest: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(binary); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("install guest: %w", err)
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("install guest: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("install guest: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return "", fmt.Errorf("install guest: %w", err)
 	}
 	return dst, nil
