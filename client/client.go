@@ -111,6 +111,10 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 // URL is the daemon's URL as given.
 func (c *Client) URL() string { return c.display }
 
+// CloseIdleConnections closes the connections to the daemon that no
+// request is using (each holds a descriptor on both ends until then).
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
 func (c *Client) request(ctx context.Context, method, path string, query url.Values, in any) (*http.Response, error) {
 	var body io.Reader
 	var hdr http.Header

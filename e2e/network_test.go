@@ -503,8 +503,49 @@ func (d *daemon) get(t testing.TB, path string) (*http.Response, error) {
 	return http.DefaultClient.Do(req)
 }
 
-// goroutines reads the daemon's go_goroutines metric.
+// goroutines reads the daemon's go_goroutines metric once what it counts
+// besides a test's sandboxes has settled: no idle connection of this
+// test's clients held open (each is a goroutine of the daemon's until the
+// client closes it), and the daemon's spare guests all started and their
+// count steady (they start in the background after the daemon answers,
+// and again after a create takes one; each adds goroutines that watch it).
+// Without that, a count taken at start can miss the spares a count taken
+// later sees.
 func (d *daemon) goroutines(t *testing.T) int {
+	t.Helper()
+	want := 2 // serve's default --spare-guests
+	for i, a := range d.args {
+		if v, ok := strings.CutPrefix(a, "--spare-guests="); ok {
+			want, _ = strconv.Atoi(v)
+		} else if a == "--spare-guests" && i+1 < len(d.args) {
+			want, _ = strconv.Atoi(d.args[i+1])
+		}
+	}
+	last, steady := -1, 0
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		d.client.CloseIdleConnections()
+		http.DefaultClient.CloseIdleConnections()
+		n, spares := d.readGoroutines(t)
+		if n == last && spares == want {
+			steady++
+		} else {
+			steady = 0
+		}
+		if steady == 2 {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon's goroutines did not settle within 15s: %d now (%d before), %d spare guests ready of %d", n, last, spares, want)
+		}
+		last = n
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// readGoroutines reads the daemon's go_goroutines and its ready native
+// spare guests (berth_spare_guests) from /metrics.
+func (d *daemon) readGoroutines(t *testing.T) (goroutines, spares int) {
 	t.Helper()
 	resp, err := d.get(t, "/metrics")
 	if err != nil {
@@ -512,14 +553,18 @@ func (d *daemon) goroutines(t *testing.T) int {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	goroutines = -1
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
+			goroutines, _ = strconv.Atoi(strings.TrimSpace(v))
+		} else if v, ok := strings.CutPrefix(line, `berth_spare_guests{runtime="native"} `); ok {
+			spares, _ = strconv.Atoi(strings.TrimSpace(v))
 		}
 	}
-	t.Fatal("no go_goroutines metric")
-	return 0
+	if goroutines < 0 {
+		t.Fatal("no go_goroutines metric")
+	}
+	return goroutines, spares
 }
 
 // TestEgressEventsFollowAndDelete: a refused attempt is an egress_denied
