@@ -366,12 +366,7 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 		}
 		listeners = append(listeners, tl)
 	}
-	// HTTP/2 without TLS (prior knowledge) too: E2B's SDKs speak it by
-	// default, and Connect's streams ride it.
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: d.Server, ReadHeaderTimeout: 10 * time.Second, Protocols: protocols}
+	srv := newHTTPServer(d.Server, idleTimeout)
 	errc := make(chan error, len(listeners))
 	for _, l := range listeners {
 		d.log.Info("serving", "addr", l.Addr().String())
@@ -408,6 +403,24 @@ const LockName = "berth.lock"
 // kernel drops when the daemon exits, kill -9 included): a second daemon
 // would re-attach the first one's sandboxes, delete its warm pool and
 // remove the socket it serves.
+// idleTimeout is how long a connection may wait between requests before
+// the daemon closes it. Without one, net/http keeps an idle keep-alive
+// connection forever: any process that can reach the listener could hold
+// connections open one unauthenticated request at a time.
+const idleTimeout = 2 * time.Minute
+
+// newHTTPServer is the daemon's HTTP server for h: HTTP/1.1 and HTTP/2
+// without TLS (prior knowledge), since E2B's SDKs speak it by default and
+// Connect's streams ride it; a request's headers must arrive within 10s,
+// and a connection with no request open is closed after idle. Open
+// streams, WebSockets and other hijacked connections are not idle.
+func newHTTPServer(h http.Handler, idle time.Duration) *http.Server {
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle, Protocols: protocols}
+}
+
 func lockStateDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, LockName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
