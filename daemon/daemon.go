@@ -399,10 +399,6 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 // daemon that owns the dir.
 const LockName = "berth.lock"
 
-// lockStateDir takes the state dir for this daemon alone (an flock that the
-// kernel drops when the daemon exits, kill -9 included): a second daemon
-// would re-attach the first one's sandboxes, delete its warm pool and
-// remove the socket it serves.
 // idleTimeout is how long a connection may wait between requests before
 // the daemon closes it. Without one, net/http keeps an idle keep-alive
 // connection forever: any process that can reach the listener could hold
@@ -421,6 +417,10 @@ func newHTTPServer(h http.Handler, idle time.Duration) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle, Protocols: protocols}
 }
 
+// lockStateDir takes the state dir for this daemon alone (an flock that the
+// kernel drops when the daemon exits, kill -9 included): a second daemon
+// would re-attach the first one's sandboxes, delete its warm pool and
+// remove the socket it serves.
 func lockStateDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, LockName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)

@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -92,7 +92,7 @@ func waitClosed(t *testing.T, c net.Conn, r io.Reader, idle time.Duration) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("the idle connection was still open after %v", time.Since(start))
 	}
-	if err != nil && !strings.Contains(err.Error(), "connection reset") {
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("read: %v", err)
 	}
 }
