@@ -252,6 +252,13 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, t target) error {
 		http.SetCookie(w, &http.Cookie{Name: api.CookieAccessToken, Value: token, Path: path,
 			HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
 	}
+	// Full duplex: the server may answer before its request has all
+	// arrived, and the request's body goes on flowing. Without it Go's
+	// HTTP/1 server drains and closes the body once the answer's head is
+	// written, and the transport, reading that body still, closes the
+	// connection to the port mid-answer (golang/go#40747). HTTP/2 is full
+	// duplex already and says so with an error, which changes nothing.
+	http.NewResponseController(w).EnableFullDuplex()
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/errdefs"
@@ -165,5 +166,89 @@ func TestAnswerGuard(t *testing.T) {
 	}
 	if csp := resp.Header.Get("Content-Security-Policy"); csp != "" || resp.Header.Get("Location") != "/login" {
 		t.Errorf("host form: CSP %q, redirect %q", csp, resp.Header.Get("Location"))
+	}
+}
+
+// TestAnswerWhileTheRequestArrives: a server may answer before its request
+// has all arrived, and the proxy carries both directions at once. Without
+// full duplex, Go's HTTP/1 server drains and closes a request's body as soon
+// as the answer's head is written; the transport, still reading that body,
+// then fails its write and closes the connection to the port, cutting the
+// answer it was relaying (the race golang/go#40747 describes, which lost a
+// whole answer body in CI). Here the client sends a line only after the
+// previous one came back, so a proxy that waits for the request's end, or
+// closes its body early, fails the exchange.
+func TestAnswerWhileTheRequestArrives(t *testing.T) {
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if err := rc.EnableFullDuplex(); err != nil {
+			t.Error(err)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		rc.Flush()
+		buf := make([]byte, 64)
+		for {
+			n, err := r.Body.Read(buf)
+			if n > 0 {
+				w.Write(buf[:n])
+				rc.Flush()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}))
+	defer app.Close()
+	p := New(Config{Log: slog.New(slog.DiscardHandler)}, loopbackManager{addr: app.Listener.Addr().String()})
+	defer p.Close()
+	srv := httptest.NewServer(server.New(server.Config{Log: slog.New(slog.DiscardHandler)}, p))
+	defer srv.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, send := io.Pipe()
+	// A stalled proxy fails the test at the deadline instead of hanging it.
+	defer context.AfterFunc(ctx, func() { send.CloseWithError(ctx.Err()) })()
+	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/sandboxes/sb/ports/8000/stream", body)
+	req.Header.Set(api.HeaderAccessToken, "t")
+	type answered struct {
+		resp *http.Response
+		err  error
+	}
+	done := make(chan answered, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		done <- answered{resp, err}
+	}()
+	var resp *http.Response
+	answer := make([]byte, 64)
+	for i, line := range []string{"one\n", "two\n", "three\n"} {
+		if _, err := io.WriteString(send, line); err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+		if resp == nil {
+			select {
+			case a := <-done:
+				if a.err != nil {
+					t.Fatal(a.err)
+				}
+				resp = a.resp
+			case <-ctx.Done():
+				t.Fatal("no answer's head while the request is open")
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s", resp.Status)
+			}
+		}
+		n, err := io.ReadAtLeast(resp.Body, answer, len(line))
+		if err != nil || string(answer[:n]) != line {
+			t.Fatalf("line %d: the answer read %q, %v; want %q back while the request is still open", i, answer[:n], err, line)
+		}
+	}
+	send.Close()
+	if rest, err := io.ReadAll(resp.Body); err != nil || len(rest) != 0 {
+		t.Fatalf("after the request's end: %q, %v", rest, err)
 	}
 }
