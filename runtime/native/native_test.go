@@ -212,6 +212,58 @@ func TestHardeningInPlace(t *testing.T) {
 	}
 }
 
+// TestMaskedPaths: root inside finds the host's kernel memory, keys,
+// timers and firmware masked (files empty, directories empty, read-only
+// mounts it cannot write to) and /proc's kernel settings read-only. The
+// list is the guest's; a path this kernel lacks is skipped.
+func TestMaskedPaths(t *testing.T) {
+	h, _ := harness(t)
+	sb := runtimetest.Create(t, h, runtime.Spec{})
+	// The top mount's options at a path: the last mountinfo line for it.
+	opts := func(p string) string {
+		return runtimetest.Sh(t, sb, "awk '$5==\""+p+"\"{o=$6} END{print o}' /proc/self/mountinfo")
+	}
+	checked := 0
+	for _, p := range []string{
+		"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
+		"/proc/kallsyms", "/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup", "/proc/sysrq-trigger",
+		"/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware", "/sys/kernel/debug", "/sys/kernel/security",
+		"/sys/devices/virtual/powercap",
+	} {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			continue
+		}
+		checked++
+		if fi.IsDir() {
+			if got := runtimetest.Sh(t, sb, "ls -A "+p+" | wc -l"); got != "0" {
+				t.Errorf("%s inside has %s entries", p, got)
+			}
+			if r := runtimetest.Exec(t, sb, guestapi.ProcessSpec{Args: []string{"/bin/sh", "-c", "mkdir " + p + "/x || touch " + p + "/x"}, User: "root"}); r.ExitCode == 0 {
+				t.Errorf("root inside wrote to %s", p)
+			}
+			if o := opts(p); !strings.HasPrefix(o, "ro,") {
+				t.Errorf("%s inside is not a read-only mount: %q", p, o)
+			}
+			continue
+		}
+		if got := runtimetest.Sh(t, sb, "wc -c < "+p); got != "0" {
+			t.Errorf("%s inside reads %s bytes", p, got)
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("only %d of the masked paths exist on this host", checked)
+	}
+	for _, p := range []string{"/proc/sys", "/proc/bus", "/proc/fs", "/proc/irq"} {
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if o := opts(p); !strings.HasPrefix(o, "ro,") {
+			t.Errorf("%s inside is not read-only: %q", p, o)
+		}
+	}
+}
+
 // TestGuestOutlivesEverySignal: root inside sends its init every signal
 // it can, each to a fresh guest (a signal that ends one must not hide
 // behind an earlier one), and the guest still answers. The guest asks Go
