@@ -415,6 +415,60 @@ func TestPortsSSE(t *testing.T) {
 	}
 }
 
+// TestPortsFullDuplex: a server inside answers while its request is still
+// arriving, through the daemon and the guest: each line comes back before
+// the next is sent, so a hop that waits for the request's end, or closes
+// its body when the answer begins, fails the exchange.
+func TestPortsFullDuplex(t *testing.T) {
+	d := startDaemon(t, "")
+	sb := startApp(t, d, api.CreateSandboxRequest{})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	body, send := io.Pipe()
+	defer context.AfterFunc(ctx, func() { send.CloseWithError(ctx.Err()) })()
+	req, _ := http.NewRequestWithContext(ctx, "POST", d.portPath(sb.ID, 8000)+"/duplex", body)
+	req.Header.Set(api.HeaderAccessToken, sb.AccessToken)
+	type answered struct {
+		resp *http.Response
+		err  error
+	}
+	done := make(chan answered, 1)
+	go func() {
+		resp, err := portClient(d).Do(req)
+		done <- answered{resp, err}
+	}()
+	var r *bufio.Reader
+	for i := range 5 {
+		line := fmt.Sprintf("line %d\n", i)
+		if _, err := io.WriteString(send, line); err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+		if r == nil {
+			var a answered
+			select {
+			case a = <-done:
+			case <-ctx.Done():
+				t.Fatal("no answer's head while the request is open")
+			}
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			defer a.resp.Body.Close()
+			if a.resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s", a.resp.Status)
+			}
+			r = bufio.NewReader(a.resp.Body)
+		}
+		if got, err := r.ReadString('\n'); err != nil || got != line {
+			t.Fatalf("line %d came back as %q, %v", i, got, err)
+		}
+	}
+	send.Close()
+	if rest, err := io.ReadAll(r); err != nil || len(rest) != 0 {
+		t.Fatalf("after the request's end: %q, %v", rest, err)
+	}
+}
+
 // TestPortsWebSocket: a WebSocket through a port echoes text and binary
 // messages both ways, in the path form with the token as a header and in
 // the host form with the cookie; deleting the sandbox ends it cleanly.

@@ -14,6 +14,7 @@
 //	POST /discard         reads the body: {"bytes":N} (cheap: benchmarks)
 //	GET  /sse             "data: 0", then one event per POST /sse/next
 //	POST /sse/next        lets the next event go
+//	POST /duplex          sends each piece of the body back as it arrives, full duplex
 //	GET  /ws              a WebSocket that echoes every message
 //	GET  /endless         a chunked answer that never ends
 //	GET  /malformed       a status line that is not HTTP
@@ -106,6 +107,7 @@ func (a *app) routes() http.Handler {
 	mux.HandleFunc("POST /discard", discard)
 	mux.HandleFunc("GET /sse", a.sse)
 	mux.HandleFunc("POST /sse/next", a.sseNext)
+	mux.HandleFunc("POST /duplex", duplex)
 	mux.HandleFunc("GET /ws", wsEcho)
 	mux.HandleFunc("GET /endless", endless)
 	mux.HandleFunc("GET /malformed", malformed)
@@ -206,6 +208,30 @@ func (a *app) sseNext(w http.ResponseWriter, r *http.Request) {
 	case a.next <- struct{}{}:
 		w.WriteHeader(http.StatusNoContent)
 	case <-r.Context().Done():
+	}
+}
+
+// duplex answers while its request is still arriving: each piece read is
+// written back and flushed at once.
+func duplex(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	if err := rc.EnableFullDuplex(); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	rc.Flush()
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil || rc.Flush() != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
