@@ -95,7 +95,7 @@ func serveMCPHTTP(ctx context.Context, cmd *cobra.Command, srv *mcp.Server, addr
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcpserver.HTTPHandler(srv, logger, token))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: server.IdleTimeout}
 	fmt.Fprintf(cmd.ErrOrStderr(), "berth mcp: serving MCP at http://%s/mcp\n", ln.Addr())
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()

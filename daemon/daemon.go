@@ -366,7 +366,7 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 		}
 		listeners = append(listeners, tl)
 	}
-	srv := newHTTPServer(d.Server, idleTimeout)
+	srv := newHTTPServer(d.Server, server.IdleTimeout)
 	errc := make(chan error, len(listeners))
 	for _, l := range listeners {
 		d.log.Info("serving", "addr", l.Addr().String())
@@ -398,12 +398,6 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 // LockName is the lock file in the state dir; it holds the pid of the
 // daemon that owns the dir.
 const LockName = "berth.lock"
-
-// idleTimeout is how long a connection may wait between requests before
-// the daemon closes it. Without one, net/http keeps an idle keep-alive
-// connection forever: any process that can reach the listener could hold
-// connections open one unauthenticated request at a time.
-const idleTimeout = 2 * time.Minute
 
 // newHTTPServer is the daemon's HTTP server for h: HTTP/1.1 and HTTP/2
 // without TLS (prior knowledge), since E2B's SDKs speak it by default and

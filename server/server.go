@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/berthsh/berth/auth"
 	"github.com/berthsh/berth/errdefs"
@@ -17,6 +18,13 @@ import (
 
 // Version is the daemon's version string.
 const Version = "0.1.0"
+
+// IdleTimeout is how long a connection to one of berth's HTTP listeners
+// (the daemon's, `berth mcp --http`) may wait between requests before it is
+// closed. Without one, net/http keeps an idle keep-alive connection forever:
+// any process that can reach the listener could hold connections open one
+// unauthenticated request at a time.
+const IdleTimeout = 2 * time.Minute
 
 // Config tunes the edge.
 type Config struct {
