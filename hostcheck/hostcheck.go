@@ -84,6 +84,7 @@ func checks() []check {
 		{"root", true, checkRoot},
 		{"static_binary", true, checkStatic},
 		{"state_dir", true, checkStateDir},
+		{"state_fs", false, checkStateFS},
 		{"cgroups", true, checkCgroups},
 		{"cgroup_moves", false, checkCgroupMoves},
 		{"user_namespaces", true, checkUserNS},

@@ -3,6 +3,7 @@ package hostcheck
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -172,5 +173,39 @@ func TestCgroupMoveIsTimed(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(cgroupMount, "pids", "berth-doctor-*")); len(left) > 0 {
 		t.Errorf("scratch groups left: %v", left)
+	}
+}
+
+// A state dir on an ext4 without a journal warns, with the device and the
+// fix; one with a journal, and one on tmpfs, is ok. Real file systems:
+// two ext4 images on loop devices.
+func TestStateFSWarnsWithoutAJournal(t *testing.T) {
+	testutil.RequireRoot(t)
+	base := t.TempDir()
+	for _, c := range []struct {
+		name    string
+		feature string
+		want    Status
+	}{{"journaled", "has_journal", OK}, {"nojournal", "^has_journal", Warn}} {
+		img, mnt := filepath.Join(base, c.name+".img"), filepath.Join(base, c.name)
+		if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-O", c.feature, img, "16M").CombinedOutput(); err != nil {
+			t.Fatalf("mkfs.ext4: %v: %s", err, out)
+		}
+		os.Mkdir(mnt, 0o755)
+		if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+			t.Fatalf("mount %s: %v: %s", img, err, out)
+		}
+		t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+		st, detail, fix := checkStateFS(context.Background(), &Options{StateDir: filepath.Join(mnt, "state", "not-yet")})
+		t.Logf("%s: %s %s %s", c.name, st, detail, fix)
+		if st != c.want || !strings.Contains(detail, mnt+" is on ext4") {
+			t.Errorf("%s: %s %q, want %s", c.name, st, detail, c.want)
+		}
+		if c.want == Warn && (!strings.Contains(detail, "without a journal (loop") || !strings.Contains(fix, "tune2fs -O has_journal /dev/loop")) {
+			t.Errorf("%s: %q, fix %q: want the loop device named", c.name, detail, fix)
+		}
+	}
+	if st, detail, _ := checkStateFS(context.Background(), &Options{StateDir: "/dev/shm/berth"}); st != OK || detail != "/dev/shm is on tmpfs" {
+		t.Errorf("tmpfs: %s %q", st, detail)
 	}
 }
