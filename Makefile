@@ -13,7 +13,7 @@ PKGS    := ./...
 
 build: dashboard-assets
 	$(GO) build -trimpath -o $(GUEST) ./cmd/berth-guest
-	$(GO) build -trimpath -tags berth_guest_embedded -o $(BIN) ./cmd/berth
+	$(GO) build -trimpath -tags berth_guest_embedded -ldflags "-X github.com/berthsh/berth/internal/guestbin.sum=$$(sha256sum $(GUEST) | cut -d' ' -f1)" -o $(BIN) ./cmd/berth
 	@chmod 0755 bin $(BIN)
 
 # gVisor's runsc for the gvisor runtime, pinned by go.mod and built once into

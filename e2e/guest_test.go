@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,5 +50,12 @@ func TestSandboxesRunTheLeanGuest(t *testing.T) {
 	}
 	if len(g) >= len(b)/2 {
 		t.Errorf("the guest (%d bytes) is not lean beside berth (%d bytes)", len(g), len(b))
+	}
+	// Named by its hash, which make computes when it embeds the guest (the
+	// daemon does not hash it at start): a wrong one would let an upgrade
+	// reuse another build's guest.
+	sum := sha256.Sum256(g)
+	if want := "berth-guest-" + hex.EncodeToString(sum[:8]); filepath.Base(guest) != want {
+		t.Errorf("the guest is installed as %s, but its content is %s", filepath.Base(guest), want)
 	}
 }

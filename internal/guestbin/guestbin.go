@@ -17,12 +17,21 @@ func Install(dir string) (string, error) {
 	if len(binary) == 0 {
 		return "", nil
 	}
-	dst, err := runtime.InstallGuestBytes(binary, dir)
+	install := runtime.InstallGuestBytes
+	if sum != "" {
+		install = func(b []byte, dir string) (string, error) { return runtime.InstallGuestBytesSum(b, sum, dir) }
+	}
+	dst, err := install(binary, dir)
 	if err != nil {
 		return "", fmt.Errorf("install guest: %w", err)
 	}
 	return dst, nil
 }
+
+// sum is the embedded guest's SHA-256 in hex, which `make build` sets
+// (-ldflags -X) from the file it embeds; a build without it hashes the
+// binary at each start instead.
+var sum string
 
 // Embedded says whether this berth carries the lean guest.
 func Embedded() bool { return len(binary) > 0 }
