@@ -168,7 +168,7 @@ func checkBackgroundExits(t *testing.T, d *daemon, runtime string) {
 		t.Fatal(err)
 	}
 	evs.waitFor(10*time.Second, "deleted", func(ev api.SandboxEvent) bool { return ev.Type == api.SandboxDeleted })
-	waitFor(t, 10*time.Second, func() bool { return d.goroutines(t) <= base+2 })
+	d.noLeak(t, base)
 	if tr := d.traces(sb.ID); len(tr) > 0 {
 		t.Fatalf("traces after delete: %v", tr)
 	}

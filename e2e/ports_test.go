@@ -545,7 +545,7 @@ func TestPortsWebSocket(t *testing.T) {
 	}
 	ws.CloseNow()
 	hc.CloseIdleConnections()
-	waitFor(t, 10*time.Second, func() bool { return d.goroutines(t) <= base+2 })
+	d.noLeak(t, base)
 }
 
 // TestPortsRefusals: what cannot be relayed gets a clear answer at once:

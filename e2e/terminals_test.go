@@ -214,7 +214,7 @@ func TestTerminalDefaultShellAndDelete(t *testing.T) {
 		}
 	}
 	term.Close()
-	waitFor(t, 10*time.Second, func() bool { return d.goroutines(t) <= base+2 })
+	d.noLeak(t, base)
 }
 
 // TestInteractiveStdin: a background process started with open stdin is
