@@ -511,29 +511,6 @@ func (d *daemon) get(t testing.TB, path string) (*http.Response, error) {
 // and again after a create takes one; each adds goroutines that watch it).
 // Without that, a count taken at start can miss the spares a count taken
 // later sees.
-// leakSettle is how long the goroutine checks give the daemon's goroutines
-// to return to their count before a sandbox: a leaked one never does, and
-// one that is only slow to end on a loaded CI host ends well within it.
-const leakSettle = 30 * time.Second
-
-// noLeak waits up to leakSettle for the daemon's goroutines to be back at
-// base (two more allowed: the runtime's and net/http's own background
-// ones), and fails the test with both counts if they are not.
-func (d *daemon) noLeak(t *testing.T, base int) {
-	t.Helper()
-	deadline := time.Now().Add(leakSettle)
-	for {
-		n := d.goroutines(t)
-		if n <= base+2 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon's goroutines: %d before the sandbox, %d after it is gone (%s later)", base, n, leakSettle)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func (d *daemon) goroutines(t *testing.T) int {
 	t.Helper()
 	want := 2 // serve's default --spare-guests
@@ -562,6 +539,29 @@ func (d *daemon) goroutines(t *testing.T) int {
 			t.Fatalf("the daemon's goroutines did not settle within 15s: %d now (%d before), %d spare guests ready of %d", n, last, spares, want)
 		}
 		last = n
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// leakSettle is how long the goroutine checks give the daemon's goroutines
+// to return to their count before a sandbox: a leaked one never does, and
+// one that is only slow to end on a loaded CI host ends well within it.
+const leakSettle = 30 * time.Second
+
+// noLeak waits up to leakSettle for the daemon's goroutines to be back at
+// base, with the slack of two the checks have always allowed, and fails
+// the test with both counts if they are not.
+func (d *daemon) noLeak(t *testing.T, base int) {
+	t.Helper()
+	deadline := time.Now().Add(leakSettle)
+	for {
+		n := d.goroutines(t)
+		if n <= base+2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon's goroutines: %d before the sandbox, %d after it is gone (%s later)", base, n, leakSettle)
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -135,14 +135,17 @@ func checkStateFS(_ context.Context, o *Options) (Status, string, string) {
 		"a --state-dir on a journaled ext4 or XFS, or add a journal while " + dev + " is unmounted: tune2fs -O has_journal /dev/" + dev
 }
 
-// ext4Journal names the block device of dir's ext4 and says whether it has
-// a journal: jbd2 lists every journal it runs as /proc/fs/jbd2/DEV-INODE.
+// ext4Journal names the block device of dir's ext4 (its /dev name) and
+// says whether it has a journal: jbd2 lists every journal it runs as
+// /proc/fs/jbd2/NAME-INODE, NAME the kernel's name of the device (its
+// directory in sysfs).
 func ext4Journal(dir string) (dev string, journal bool, err error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		return "", false, err
 	}
-	uevent, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/uevent", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	sys := fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	uevent, err := os.ReadFile(sys + "/uevent")
 	if err != nil {
 		return "", false, err
 	}
@@ -151,20 +154,12 @@ func ext4Journal(dir string) (dev string, journal bool, err error) {
 			dev = v
 		}
 	}
-	if dev == "" || strings.Contains(dev, "..") {
-		return "", false, fmt.Errorf("no device name for %d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	link, err := filepath.EvalSymlinks(sys)
+	if dev == "" || strings.Contains(dev, "..") || err != nil {
+		return "", false, fmt.Errorf("no device name for %s", sys)
 	}
-	// A device under a directory (mapper/x) is listed by its name (dm-0).
-	names := []string{filepath.Base(dev)}
-	if link, err := filepath.EvalSymlinks(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))); err == nil {
-		names = append(names, filepath.Base(link))
-	}
-	for _, n := range names {
-		if m, _ := filepath.Glob("/proc/fs/jbd2/" + n + "-*"); len(m) > 0 {
-			return dev, true, nil
-		}
-	}
-	return dev, false, nil
+	m, _ := filepath.Glob("/proc/fs/jbd2/" + filepath.Base(link) + "-*")
+	return dev, len(m) > 0, nil
 }
 
 // cgroupMounts lists the host's cgroup mounts: v1 controllers by mount

@@ -17,11 +17,13 @@ func Install(dir string) (string, error) {
 	if len(binary) == 0 {
 		return "", nil
 	}
-	install := runtime.InstallGuestBytes
+	var dst string
+	var err error
 	if sum != "" {
-		install = func(b []byte, dir string) (string, error) { return runtime.InstallGuestBytesSum(b, sum, dir) }
+		dst, err = runtime.InstallGuestBytesSum(binary, sum, dir)
+	} else {
+		dst, err = runtime.InstallGuestBytes(binary, dir)
 	}
-	dst, err := install(binary, dir)
 	if err != nil {
 		return "", fmt.Errorf("install guest: %w", err)
 	}
