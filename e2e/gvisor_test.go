@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api"
+	"github.com/berthsh/berth/client"
 	"github.com/berthsh/berth/errdefs"
 	"github.com/berthsh/berth/internal/testnet"
 	"github.com/berthsh/berth/internal/testutil"
@@ -380,7 +381,11 @@ func TestGvisorNetwork(t *testing.T) {
 	curl := func(id, when string) {
 		t.Helper()
 		if out, code := sh(t, d, id, "curl -sS -m 5 http://web.test/hello"); code != 0 || out != "web web.test /hello\n" {
-			t.Fatalf("%s: %q %d", when, out, code)
+			// Where the query was lost (it failed once in CI, "Resolving
+			// timed out", and never here): the daemon's records of the
+			// sandbox's queries and the upstream's.
+			recs, _ := d.client.Egress(t.Context(), id, client.EgressQuery{})
+			t.Fatalf("%s: %q %d\negress: %+v\nupstream queries: %q", when, out, code, recs, inet.Queries())
 		}
 	}
 	open := createWith(t, d, api.Network{Mode: api.NetworkOpen})
