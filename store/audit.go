@@ -30,12 +30,7 @@ func (s *Store) AppendAudit(ctx context.Context, recs []AuditRecord, keep int64)
 		return nil
 	}
 	return inTx(ctx, s.w, func(tx *sql.Tx) error {
-		ins, err := tx.PrepareContext(ctx, `INSERT INTO audit (at, tenant, key_id, method, route, path, sandbox_id, status, error_class, request_id)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-		if err != nil {
-			return fmt.Errorf("audit: %w", err)
-		}
-		defer ins.Close()
+		ins := tx.StmtContext(ctx, s.q.insertAudit)
 		var last int64
 		for _, r := range recs {
 			res, err := ins.ExecContext(ctx, r.At.UnixNano(), r.Tenant, r.KeyID, r.Method, r.Route, r.Path, r.SandboxID, r.Status, r.ErrorClass, r.RequestID)
@@ -45,7 +40,7 @@ func (s *Store) AppendAudit(ctx context.Context, recs []AuditRecord, keep int64)
 			last, _ = res.LastInsertId()
 		}
 		if keep > 0 && last > keep {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM audit WHERE seq <= ?`, last-keep); err != nil {
+			if _, err := tx.StmtContext(ctx, s.q.trimAudit).ExecContext(ctx, last-keep); err != nil {
 				return fmt.Errorf("audit: trim: %w", err)
 			}
 		}
