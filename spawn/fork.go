@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
 	"unsafe"
@@ -92,6 +93,10 @@ type child struct {
 	// written; the child reports a failed step on report, which its exec
 	// closes (both close-on-exec).
 	wait, waitW, report int
+	// mask is the signal mask the child execs with; stack, where the
+	// child is cloned into the spawner's memory, its stack.
+	mask  uint64
+	stack []byte
 }
 
 // forkExec starts c in the namespaces of cloneflags, whose user namespace
@@ -113,7 +118,18 @@ func forkExec(c *child, cloneflags uintptr, hostID, size uint32, cgroupFD int) (
 	}
 	reportR := os.NewFile(uintptr(report[0]), "report")
 	defer reportR.Close()
-	c.wait, c.waitW, c.report = wait[0], wait[1], report[1]
+	// The child's own copy of c, which it changes on the way (its
+	// descriptors' places); one cloned into the spawner's memory (cloneVM)
+	// runs on it and its stack until its exec or exit, which the report's
+	// end below waits for.
+	cc := new(child)
+	*cc = *c
+	cc.files = slices.Clone(c.files)
+	if sharesMemory() {
+		cc.stack = make([]byte, childStack)
+	}
+	defer runtime.KeepAlive(cc)
+	cc.wait, cc.waitW, cc.report = wait[0], wait[1], report[1]
 	args := &cloneArgs{flags: uint64(cloneflags) | unix.CLONE_PIDFD, exitSignal: uint64(unix.SIGCHLD)}
 	if cgroupFD >= 0 {
 		args.flags |= unix.CLONE_INTO_CGROUP
@@ -123,9 +139,14 @@ func forkExec(c *child, cloneflags uintptr, hostID, size uint32, cgroupFD int) (
 	// ForkLock keeps out code that makes a descriptor and marks it
 	// close-on-exec in two steps.
 	syscall.ForkLock.Lock()
-	p, errno := fork(args, fd, c)
+	var p uintptr
+	var errno syscall.Errno
+	if cc.stack != nil {
+		p, errno = forkShared(args, fd, cc)
+	} else {
+		p, errno = forkCopy(args, fd, cc)
+	}
 	syscall.ForkLock.Unlock()
-	runtime.KeepAlive(c)
 	unix.Close(wait[0])
 	unix.Close(report[1])
 	if errno != 0 {
@@ -178,27 +199,45 @@ func writeMap(path string, m []byte) error {
 	return err
 }
 
-// fork clones the calling thread into a child that runs c, with every
-// signal blocked across the clone (so no Go handler runs in the child),
-// and returns the child's pid, its pidfd in *pidfd.
+// forkCopy forks c's child as a copy of the spawner, with every signal
+// blocked across the clone (so no Go handler runs in the child), and
+// returns the child's pid, its pidfd in *pidfd.
 //
 //go:nosplit
 //go:norace
-func fork(args *cloneArgs, pidfd *int32, c *child) (uintptr, syscall.Errno) {
+func forkCopy(args *cloneArgs, pidfd *int32, c *child) (uintptr, syscall.Errno) {
 	// Set here, where the stack cannot move: the kernel writes through it.
 	args.pidfd = uint64(uintptr(unsafe.Pointer(pidfd)))
-	all, old := ^uint64(0), uint64(0)
-	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&all)), uintptr(unsafe.Pointer(&old)), 8, 0, 0)
+	all := ^uint64(0)
+	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&all)), uintptr(unsafe.Pointer(&c.mask)), 8, 0, 0)
 	pid, _, errno := syscall.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(args)), unsafe.Sizeof(*args), 0)
 	if errno == 0 && pid == 0 {
-		c.run(old) // does not return
+		c.run(c.mask) // does not return
 	}
-	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&old)), 0, 8, 0, 0)
+	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&c.mask)), 0, 8, 0, 0)
 	return pid, errno
 }
 
-// run is the child, from the fork to the exec; mask is the signal mask it
-// execs with.
+// sharesMemory says whether the next child is cloned into the spawner's
+// memory (clone_vm.go) rather than forked. Between that clone and its exec
+// the child's memory is the spawner's, and the child's user namespace
+// gives its owner (the sandbox's host uid) every capability over it: what
+// keeps such a process from tracing the child, or writing its memory
+// through /proc, is that the memory is not dumpable (ptrace then needs
+// CAP_SYS_PTRACE where the spawner runs). The spawner is made not
+// dumpable by its threads' change of ids (osthread.SetIDs), unless the
+// host's fs.suid_dumpable is 1, a debugging setting: then every child is
+// a copy.
+func sharesMemory() bool {
+	if !cloneVM {
+		return false
+	}
+	d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	return err == nil && d != 1 // SUID_DUMP_USER
+}
+
+// run is the child, from the clone to the exec; mask is the signal mask
+// it execs with.
 //
 //go:nosplit
 //go:norace

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,12 +39,38 @@ func forkShell(t *testing.T, script string, files []int) (int, error) {
 	return pidfd, err
 }
 
+// eachWay runs fn with the test process dumpable, where its children are
+// forked, and not, where they are cloned into its memory if the build can
+// (sharesMemory).
+func eachWay(t *testing.T, fn func(t *testing.T)) {
+	for _, way := range []struct {
+		name     string
+		dumpable int
+	}{{"forked", 1}, {"cloned", 0}} {
+		t.Run(way.name, func(t *testing.T) {
+			if err := unix.Prctl(unix.PR_SET_DUMPABLE, uintptr(way.dumpable), 0, 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
+			if want := cloneVM && way.dumpable == 0; sharesMemory() != want {
+				t.Fatalf("sharesMemory %v with dumpable %d, want %v", sharesMemory(), way.dumpable, want)
+			}
+			fn(t)
+		})
+	}
+}
+
 // TestPlaceFilesMovesWhatATargetWouldReplace: a source descriptor whose
 // number is a lower target's is moved before that target is replaced, and
 // so is the report pipe, so that a failed exec is still reported when the
-// child gets more descriptors than the pipe's number.
+// child gets more descriptors than the pipe's number. The child moves its
+// own copy: the caller's list stays as it was.
 func TestPlaceFilesMovesWhatATargetWouldReplace(t *testing.T) {
 	testutil.RequireRoot(t)
+	eachWay(t, placeFiles)
+}
+
+func placeFiles(t *testing.T) {
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
@@ -67,8 +94,12 @@ func TestPlaceFilesMovesWhatATargetWouldReplace(t *testing.T) {
 	}
 	files[1], files[len(files)-1] = int(outW.Fd()), m
 	last := strconv.Itoa(len(files) - 1)
+	given := slices.Clone(files)
 	if _, err := forkShell(t, `readlink /proc/self/fd/`+last+` /proc/self/fd/`+strconv.Itoa(m)+`; echo done`, files); err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Equal(files, given) {
+		t.Fatalf("the child changed the caller's descriptor list: %v, was %v", files, given)
 	}
 	outW.Close()
 	out, _ := io.ReadAll(outR)
@@ -94,6 +125,10 @@ func TestPlaceFilesMovesWhatATargetWouldReplace(t *testing.T) {
 // which, with the errno, and is waited for (no zombie stays).
 func TestChildFailuresNameTheStep(t *testing.T) {
 	testutil.RequireRoot(t)
+	eachWay(t, childFailures)
+}
+
+func childFailures(t *testing.T) {
 	for _, tc := range []struct {
 		req  Request
 		step string
