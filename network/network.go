@@ -184,6 +184,7 @@ func (s *Service) Attach(id, tenant string, link *runtime.Link, p *Policy, ca *C
 	}
 	context.AfterFunc(ctx, func() { udp.Close(); tcp.Close() })
 	sb.serveDNS(udp, tcp)
+	st.Start()
 	return sb, nil
 }
 

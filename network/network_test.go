@@ -6,15 +6,19 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api"
 	"github.com/berthsh/berth/internal/testnet"
@@ -55,6 +59,13 @@ type world struct {
 // policy n; it takes a testing.TB because the benchmarks use it too. deny
 // are the daemon's own listeners (Config.DenyAddrs).
 func newWorld(t testing.TB, n api.Network, deny ...netip.AddrPort) *world {
+	t.Helper()
+	return newWorldBefore(t, n, nil, deny...)
+}
+
+// newWorldBefore is newWorld with before run in the sandbox's namespace
+// after its link exists and before the network is attached to it.
+func newWorldBefore(t testing.TB, n api.Network, before func(w *world), deny ...netip.AddrPort) *world {
 	t.Helper()
 	testutil.RequireRoot(t)
 	w := &world{inet: testnet.New(t), gotAuth: make(chan string, 16)}
@@ -133,6 +144,9 @@ func newWorld(t testing.TB, n api.Network, deny ...netip.AddrPort) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if before != nil {
+		before(w)
+	}
 	w.sb, err = svc.Attach("sb-test", "", &runtime.Link{File: f, MTU: l.MTU}, p, w.ca)
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +224,82 @@ func TestOpenMode(t *testing.T) {
 	w.wantRecord(t, "the metadata address refused", func(r api.EgressRecord) bool {
 		return r.Addr == "169.254.169.254" && !r.Allowed && strings.Contains(r.Rule, "link-local")
 	})
+}
+
+// TestPacketsBeforeAttach: what the sandbox sent before its network was
+// attached (packets queued on the link while no daemon read it, as across
+// a daemon's restart) meets the gateway's services listening: a DNS query
+// is answered, not taken for a flow to another resolver and denied.
+func TestPacketsBeforeAttach(t *testing.T) {
+	var c *net.UDPConn
+	w := newWorldBefore(t, api.Network{Mode: api.NetworkOpen}, func(w *world) {
+		c = udpInNamespace(t, "/run/netns/"+w.ns)
+		for id := range uint16(8) {
+			if _, err := c.WriteToUDPAddrPort(dnsQuery(id, "web.test"), netip.AddrPortFrom(Gateway, 53)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	defer c.Close()
+	got := map[uint16]bool{}
+	buf := make([]byte, 1500)
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	for len(got) < 8 {
+		n, err := c.Read(buf)
+		if err != nil {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			t.Fatalf("answers to %d of 8 queries sent before the attach (%v); records: %+v", len(got), err, w.records)
+		}
+		if n >= 12 {
+			got[uint16(buf[0])<<8|uint16(buf[1])] = true
+		}
+	}
+	if _, denied := w.find(func(r api.EgressRecord) bool { return !r.Allowed }); denied {
+		t.Fatalf("a query sent before the attach was denied: %+v", w.records)
+	}
+}
+
+// udpInNamespace opens a UDP socket in the network namespace at path.
+func udpInNamespace(t testing.TB, path string) *net.UDPConn {
+	t.Helper()
+	type result struct {
+		c   *net.UDPConn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// The thread ends in the namespace (never unlocked): nothing else
+		// runs on it.
+		goruntime.LockOSThread()
+		ns, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer unix.Close(ns)
+		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
+			done <- result{err: err}
+			return
+		}
+		c, err := net.ListenUDP("udp4", nil)
+		done <- result{c, err}
+	}()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.c
+}
+
+// dnsQuery is a DNS query of id for name's A record.
+func dnsQuery(id uint16, name string) []byte {
+	q := []byte{byte(id >> 8), byte(id), 1, 0, 0, 1, 0, 0, 0, 0, 0, 0}
+	for _, label := range strings.Split(name, ".") {
+		q = append(q, byte(len(label)))
+		q = append(q, label...)
+	}
+	return append(q, 0, 0, 1, 0, 1)
 }
 
 func TestAllowlist(t *testing.T) {

@@ -78,7 +78,7 @@ func (r *UDPRequest) Accept() (net.Conn, error) {
 // Stack is one sandbox's network stack.
 type Stack struct {
 	s       *stack.Stack
-	ep      stack.LinkEndpoint
+	ep      *gatedLink
 	gateway netip.Addr
 
 	closeOnce sync.Once
@@ -86,10 +86,11 @@ type Stack struct {
 
 const nicID = 1
 
-// New starts a stack on the TUN descriptor fd (IP packets, no packet
-// information header) with MTU mtu. gateway is the stack's own address,
-// where the services Listen and ListenUDP open are reached. The caller
-// keeps fd open until Close returns, and closes it then.
+// New makes a stack on the TUN descriptor fd (IP packets, no packet
+// information header) with MTU mtu; Start begins reading it. gateway is
+// the stack's own address, where the services Listen and ListenUDP open
+// are reached. The caller keeps fd open until Close returns, and closes it
+// then.
 func New(fd int, mtu uint32, gateway netip.Addr, h Handlers) (*Stack, error) {
 	if !gateway.Is4() {
 		return nil, errors.New("netstack: the gateway must be an IPv4 address")
@@ -98,11 +99,17 @@ func New(fd int, mtu uint32, gateway netip.Addr, h Handlers) (*Stack, error) {
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
 	})
-	ep, err := fdbased.New(&fdbased.Options{FDs: []int{fd}, MTU: mtu})
+	link, err := fdbased.New(&fdbased.Options{FDs: []int{fd}, MTU: mtu})
 	if err != nil {
 		s.Destroy()
 		return nil, fmt.Errorf("netstack: link endpoint: %w", err)
 	}
+	inner, ok := link.(gsoLink)
+	if !ok {
+		s.Destroy()
+		return nil, errors.New("netstack: the link endpoint does not say its segmentation offload")
+	}
+	ep := &gatedLink{gsoLink: inner}
 	fail := func(what string, e tcpip.Error) (*Stack, error) {
 		s.Destroy()
 		return nil, fmt.Errorf("netstack: %s: %s", what, e)
@@ -136,6 +143,60 @@ func New(fd int, mtu uint32, gateway netip.Addr, h Handlers) (*Stack, error) {
 	})
 	s.SetTransportProtocolHandler(udp.ProtocolNumber, udpFwd.HandlePacket)
 	return &Stack{s: s, ep: ep, gateway: gateway}, nil
+}
+
+// Start begins reading the link. Until then what the sandbox sends waits
+// on the link (its queue holds it, as across a daemon's restart), so the
+// caller opens the gateway's services (Listen, ListenUDP) first: a packet
+// read before them would be taken for a flow to another host.
+func (s *Stack) Start() { s.ep.open() }
+
+// gsoLink is what the stack uses of a link endpoint: the interface and
+// the segmentation offload it asks the endpoint about.
+type gsoLink interface {
+	stack.LinkEndpoint
+	stack.GSOEndpoint
+}
+
+// gatedLink defers the attach of its link, which starts the link's
+// readers, until open.
+type gatedLink struct {
+	gsoLink
+
+	mu       sync.Mutex
+	d        stack.NetworkDispatcher // what the stack attached, nil before or after
+	attached bool                    // the inner link has the dispatcher
+}
+
+// Attach is the stack attaching the NIC (d) or removing it (nil).
+func (g *gatedLink) Attach(d stack.NetworkDispatcher) {
+	g.mu.Lock()
+	g.d = d
+	pass := g.attached
+	if d == nil {
+		g.attached = false
+	}
+	g.mu.Unlock()
+	if pass {
+		// Not under mu: a removal waits for the link's readers.
+		g.gsoLink.Attach(d)
+	}
+}
+
+// IsAttached says whether the stack attached the NIC (open or not).
+func (g *gatedLink) IsAttached() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.d != nil
+}
+
+func (g *gatedLink) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.d != nil && !g.attached {
+		g.attached = true
+		g.gsoLink.Attach(g.d)
+	}
 }
 
 func addrPort(a tcpip.Address, port uint16) netip.AddrPort {
