@@ -607,3 +607,39 @@ func TestTenantImages(t *testing.T) {
 		t.Errorf("B's name after the operator removed it: %v", err)
 	}
 }
+
+// TestHostImagePreparedAtStart: a daemon on a new state directory builds
+// the host image (the default) in the background as it starts, so that its
+// first create does not wait for the copy; that create uses the image made,
+// not a second build.
+func TestHostImagePreparedAtStart(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	rts, err := d.client.Runtimes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range rts {
+		if rt.Name == "native" && (rt.Capabilities == nil || !rt.Capabilities.IDMappedLayers) {
+			t.Fatalf("native runtime without idmapped layers here (%+v): this test is of that path", rt.Capabilities)
+		}
+	}
+	marker := filepath.Join(d.state, "images", "unmapped", "host-v*-0", ".berth-image")
+	waitFor(t, 30*time.Second, func() bool {
+		m, _ := filepath.Glob(marker)
+		return len(m) == 1
+	})
+	if list, err := d.client.ListSandboxes(ctx, nil); err != nil || len(list) != 0 {
+		t.Fatalf("sandboxes before any create: %v %v (the pool is off: the image was built by no create)", list, err)
+	}
+	sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"cat", "/etc/hostname"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("exec in the first sandbox: %+v %v", r, err)
+	}
+	if n := strings.Count(d.log.String(), `msg="host image ready"`); n != 1 {
+		t.Fatalf("the host image was made ready %d times, want once (at start):\n%s", n, d.log.String())
+	}
+}
