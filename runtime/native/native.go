@@ -350,11 +350,13 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (*runtime.Instan
 func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context.Context) error) (_ *runtime.Instance, err error) {
 	t0 := time.Now()
 	var undo []func()
+	var g *guestProc
 	defer func() {
 		if err == nil {
 			r.log.Debug("booted", "sandbox", spec.ID, "total", time.Since(t0))
 		}
 		if err != nil {
+			err = guestGone(err, spec.ID, g)
 			for i := len(undo) - 1; i >= 0; i-- {
 				undo[i]()
 			}
@@ -363,7 +365,7 @@ func (r *Runtime) boot(ctx context.Context, spec runtime.Spec, fill func(context
 	dir := r.SandboxDir(spec.ID)
 	logPath := filepath.Join(dir, "guest.log")
 	limits := cgroupLimits(spec.Limits)
-	g := r.claimSpare(spec.ID, spec.Users)
+	g = r.claimSpare(spec.ID, spec.Users)
 	if g != nil {
 		undo = append(undo, func() {
 			g.end(r.log, spec.ID)
@@ -527,6 +529,25 @@ func (r *Runtime) guestRequest(logPath string, ids runtime.IDMap) (req spawn.Req
 	return req, files, bootSock, statusR, nil
 }
 
+// guestGone classifies err, a boot's failure, as unavailable when the
+// guest has exited without reporting a failure of its own: it was killed
+// (from outside, or by the kernel for want of memory) while it started, and
+// whatever step noticed first (its user namespace gone, its status pipe
+// closed) failed for that. Such a create can be made again; the message
+// names the sandbox, and the step stays in the log. An error with a class,
+// or one the guest reported, is left as it is.
+func guestGone(err error, id string, g *guestProc) error {
+	if g == nil || errdefs.ClassOf(err) != errdefs.Internal || errors.As(err, new(guestReport)) || !g.exitedWithin(100*time.Millisecond) {
+		return err
+	}
+	return errdefs.Wrap(errdefs.Unavailable, err, "sandbox %s: its guest exited while it started (killed, or out of memory): create it again", id)
+}
+
+// guestReport is a failure the guest reported on its status pipe.
+type guestReport string
+
+func (e guestReport) Error() string { return string(e) }
+
 // waitReady reads the guest's first status line.
 func waitReady(ctx context.Context, statusR *os.File, exited <-chan struct{}) (*guestapi.HelloResponse, error) {
 	line := make(chan string, 1)
@@ -546,7 +567,7 @@ func waitReady(ctx context.Context, statusR *os.File, exited <-chan struct{}) (*
 		}
 		var ge guestapi.Error
 		if json.Unmarshal([]byte(s), &ge) == nil && ge.Message != "" {
-			return nil, errors.New(local.Truncate(ge.Message, 512))
+			return nil, guestReport(local.Truncate(ge.Message, 512))
 		}
 		return nil, errors.New("guest exited during set-up")
 	case <-ctx.Done():

@@ -95,6 +95,22 @@ func (r *Runtime) spawn(id string, users runtime.IDMap, logPath string, limits *
 	return &guestProc{pid: pid, pidfd: pidfd, cg: cg, bootSock: bootSock, statusR: statusR, exited: exited}, nil
 }
 
+// exitedWithin says whether the guest exits within d (it may be on its
+// way out: a killed process loses its namespaces before its pidfd says it
+// exited).
+func (g *guestProc) exitedWithin(d time.Duration) bool {
+	fds := []unix.PollFd{{Fd: int32(g.pidfd.Fd()), Events: unix.POLLIN}}
+	for deadline := time.Now().Add(d); ; {
+		n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds())+1)
+		if n > 0 {
+			return true
+		}
+		if !errors.Is(err, unix.EINTR) || time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 // alive fails once the guest has exited. Checked after a use of its pid
 // (/proc/PID/…): its pid could name another process only after it exited.
 func (g *guestProc) alive() error {
