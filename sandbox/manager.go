@@ -304,11 +304,11 @@ func (m *Manager) Start(ctx context.Context) error {
 // not wait for it: the copy of the host's /etc allowlist takes 26-75 ms on
 // this project's VM's ext4, and up to 0.6 s there after a churn of creates
 // and deletes (ext4 without a journal walks the inodes freed in the last
-// 30 s for every new one). A create that comes meanwhile
-// waits for the build (the image store makes one at a time) and finds the
-// image made; a build that fails is logged, and the next create tries again
-// and reports why. Where every range gets its own copy, which range comes
-// first is not known yet.
+// 30 s for every new one). A create that comes meanwhile waits for the
+// build (the image store makes one at a time) and finds the image made; a
+// build that fails is logged, and the next create tries again and reports
+// why. Where every range gets its own copy, which range comes first is not
+// known yet.
 func (m *Manager) prepareHostImage() {
 	if m.cfg.DefaultImage != image.Host {
 		return

@@ -101,7 +101,7 @@ func (r *Runtime) spawn(id string, users runtime.IDMap, logPath string, limits *
 func (g *guestProc) exitedWithin(d time.Duration) bool {
 	fds := []unix.PollFd{{Fd: int32(g.pidfd.Fd()), Events: unix.POLLIN}}
 	for deadline := time.Now().Add(d); ; {
-		n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds())+1)
+		n, err := unix.Poll(fds, max(int(time.Until(deadline).Milliseconds())+1, 0)) // never -1, which waits for ever
 		if n > 0 {
 			return true
 		}
@@ -130,7 +130,7 @@ func (g *guestProc) end(log *slog.Logger, id string) {
 	unix.PidfdSendSignal(int(g.pidfd.Fd()), unix.SIGKILL, nil, 0)
 	fds := []unix.PollFd{{Fd: int32(g.pidfd.Fd()), Events: unix.POLLIN}}
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		if n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds())+1); n > 0 || !errors.Is(err, unix.EINTR) {
+		if n, err := unix.Poll(fds, max(int(time.Until(deadline).Milliseconds())+1, 0)); n > 0 || !errors.Is(err, unix.EINTR) {
 			break
 		}
 	}
