@@ -5,12 +5,15 @@
 package tun
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	goruntime "runtime"
+	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -181,7 +184,16 @@ func Persist(f *os.File) error {
 }
 
 // Attach opens existing device name in the network namespace at nsPath
-// (a persistent one whose descriptor was closed) without changing it.
+// (a persistent one whose descriptor was closed) without changing it, and
+// returns once the device passes packets again (at most activeWait).
+//
+// The kernel turns a TUN device's carrier off when its last descriptor
+// closes and on when one attaches; its transmit queue is switched back on
+// later, in a kernel worker (linkwatch), and until then a packet sent into
+// the device is dropped. Under load that took long enough to lose a packet
+// sent right after the attach (1 of 200 once in CI), and a lost DNS query
+// costs a resolver 5 s. The worker announces the device's state on
+// rtnetlink after the queue is on, so Attach listens for that announcement.
 func Attach(nsPath, name string) (*os.File, error) {
 	ns, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -203,17 +215,112 @@ func Attach(nsPath, name string) (*os.File, error) {
 			return err
 		}
 		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+		// Listening before the attach, so the announcement cannot be missed.
+		nl, err := linkEvents()
+		if err != nil {
+			unix.Close(tun)
+			return err
+		}
+		defer unix.Close(nl)
 		if err := unix.IoctlIfreq(tun, unix.TUNSETIFF, ifr); err != nil {
 			unix.Close(tun)
 			return fmt.Errorf("attach to %s: %w", name, err)
 		}
 		fd = tun
-		return nil
+		return waitOperUp(nl, name, activeWait)
 	})
+	if err != nil && fd >= 0 {
+		unix.Close(fd)
+		fd = -1
+	}
 	if err != nil {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), "tun"), nil
+}
+
+// activeWait bounds Attach's wait for the device's transmit queue. A
+// device that is down gets no announcement; it is returned after the wait.
+const activeWait = 2 * time.Second
+
+// operUp is IF_OPER_UP (linux/if.h), the operational state linkwatch sets
+// just before it switches the transmit queue on.
+const operUp = 6
+
+// linkEvents opens a socket for the link announcements (RTM_NEWLINK) of
+// the calling thread's network namespace.
+func linkEvents() (int, error) {
+	nl, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return -1, fmt.Errorf("link events: %w", err)
+	}
+	if err := unix.Bind(nl, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: unix.RTMGRP_LINK}); err != nil {
+		unix.Close(nl)
+		return -1, fmt.Errorf("link events: %w", err)
+	}
+	return nl, nil
+}
+
+// waitOperUp reads announcements on nl until one says device name is
+// operationally up, which the kernel sends once its transmit queue is on,
+// or until wait has passed (then nil: the device passes packets once the
+// kernel gets to it, as before).
+func waitOperUp(nl int, name string, wait time.Duration) error {
+	buf := make([]byte, 64<<10)
+	for deadline := time.Now().Add(wait); ; {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		fds := []unix.PollFd{{Fd: int32(nl), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("link events: %w", err)
+		}
+		if n == 0 {
+			continue
+		}
+		k, _, err := unix.Recvfrom(nl, buf, unix.MSG_DONTWAIT)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.ENOBUFS) {
+			continue // announcements were dropped: the next one still says
+		}
+		if err != nil {
+			return fmt.Errorf("link events: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:k])
+		if err != nil {
+			continue
+		}
+		for i := range msgs {
+			if msgs[i].Header.Type == unix.RTM_NEWLINK && operUpNamed(&msgs[i], name) {
+				return nil
+			}
+		}
+	}
+}
+
+// operUpNamed says whether link announcement m is device name's, up.
+func operUpNamed(m *syscall.NetlinkMessage, name string) bool {
+	attrs, err := syscall.ParseNetlinkRouteAttr(m)
+	if err != nil {
+		return false
+	}
+	named, up := false, false
+	for _, a := range attrs {
+		switch a.Attr.Type {
+		case unix.IFLA_IFNAME:
+			named = string(bytes.TrimRight(a.Value, "\x00")) == name
+		case unix.IFLA_OPERSTATE:
+			up = len(a.Value) == 1 && a.Value[0] == operUp
+		}
+	}
+	return named && up
 }
 
 // Support says why this host cannot make TUN devices, or "".
