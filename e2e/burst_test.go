@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berthsh/berth/api"
-	"github.com/berthsh/berth/api/guestapi"
 	"github.com/berthsh/berth/errdefs"
 )
 
@@ -134,27 +132,6 @@ func TestBurstWithGuestsKilledLeavesNothing(t *testing.T) {
 		t.Fatalf("after deleting every sandbox: %v %v", list, err)
 	}
 	t.Logf("%d sandboxes and spares seen, none left but the %d spares", len(ids), len(spares))
-}
-
-// guestPids are the processes running this daemon's guest binary, spares'
-// included, but not its spawner.
-func (d *daemon) guestPids() []int {
-	var pids []int
-	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
-	for _, exe := range exes {
-		target, err := os.Readlink(exe)
-		if err != nil || !strings.HasPrefix(target, d.state+string(filepath.Separator)) {
-			continue
-		}
-		proc := filepath.Dir(exe)
-		if args, err := os.ReadFile(filepath.Join(proc, "cmdline")); err != nil || slices.Contains(strings.Split(string(args), "\x00"), guestapi.SpawnerFlag) {
-			continue
-		}
-		if pid, err := strconv.Atoi(filepath.Base(proc)); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // nameWatch collects the names made in some directories (inotify), until

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -119,28 +120,42 @@ func (d *daemon) sandboxDirs() int {
 	return len(dirs)
 }
 
-// guests counts the running guests of this daemon's sandboxes: processes
-// whose program is the guest binary installed under its state dir, but for
-// spares (whose output is a log among the spares') and the spawner (the
-// same binary in its spawner mode). (Other tests' daemons, in this package
-// or another run in parallel, have their own guests.)
+// guests counts the running guests of this daemon's sandboxes: its guest
+// processes (guestPids) but for spares, whose output is a log among the
+// spares'. (Other tests' daemons, in this package or another run in
+// parallel, have their own guests.)
 func (d *daemon) guests() int {
 	n := 0
 	spares := filepath.Join(d.state, "runtimes", "native", "spares") + string(filepath.Separator)
-	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
-	for _, exe := range exes {
-		if target, err := os.Readlink(exe); err == nil && strings.HasPrefix(target, d.state+string(filepath.Separator)) {
-			proc := filepath.Dir(exe)
-			if out, err := os.Readlink(filepath.Join(proc, "fd", "1")); err == nil && strings.HasPrefix(out, spares) {
-				continue
-			}
-			if args, err := os.ReadFile(filepath.Join(proc, "cmdline")); err == nil && slices.Contains(strings.Split(string(args), "\x00"), guestapi.SpawnerFlag) {
-				continue
-			}
-			n++
+	for _, pid := range d.guestPids() {
+		if out, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "fd", "1")); err == nil && strings.HasPrefix(out, spares) {
+			continue
 		}
+		n++
 	}
 	return n
+}
+
+// guestPids are the processes whose program is the guest binary installed
+// under this daemon's state dir, spares included, but not its spawner (the
+// same binary in its spawner mode).
+func (d *daemon) guestPids() []int {
+	var pids []int
+	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
+	for _, exe := range exes {
+		target, err := os.Readlink(exe)
+		if err != nil || !strings.HasPrefix(target, d.state+string(filepath.Separator)) {
+			continue
+		}
+		proc := filepath.Dir(exe)
+		if args, err := os.ReadFile(filepath.Join(proc, "cmdline")); err == nil && slices.Contains(strings.Split(string(args), "\x00"), guestapi.SpawnerFlag) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(proc)); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // spares lists the ids of this daemon's ready spare guests.

@@ -128,12 +128,7 @@ func (g *guestProc) end(log *slog.Logger, id string) {
 		log.Error("end guest: kill its cgroup", "sandbox", id, "err", err)
 	}
 	unix.PidfdSendSignal(int(g.pidfd.Fd()), unix.SIGKILL, nil, 0)
-	fds := []unix.PollFd{{Fd: int32(g.pidfd.Fd()), Events: unix.POLLIN}}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		if n, err := unix.Poll(fds, max(int(time.Until(deadline).Milliseconds())+1, 0)); n > 0 || !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
+	g.exitedWithin(5 * time.Second)
 	if err := g.cg.Remove(); err != nil {
 		log.Error("end guest: remove its cgroup", "sandbox", id, "err", err)
 	}
