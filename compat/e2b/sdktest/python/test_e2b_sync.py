@@ -245,7 +245,7 @@ def test_set_timeout_list_and_kill(berth_url: str) -> None:
 def test_pause_and_connect_resumes(berth_url: str) -> None:
     s = Sandbox.create(timeout=120)
     try:
-        h = s.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done", background=True)
+        h = s.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done", background=True)
         time.sleep(0.5)
         s.pause()
         assert Sandbox.get_info(s.sandbox_id).state == SandboxState.PAUSED
