@@ -83,7 +83,8 @@ type Runtime struct {
 	base    string // the read-only layer of the mount points berth needs
 	watcher *hostproc.Watcher
 
-	fixed sync.Map // sandbox id -> its bootLimits, fixed at boot
+	fixed  sync.Map // sandbox id -> its bootLimits, fixed at boot
+	paused sync.Map // sandbox id -> whether runsc paused it, as this daemon last left it (see pause.go)
 }
 
 // persisted is the runtime-private state the manager keeps for each sandbox.
@@ -153,7 +154,7 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor runtime: %w", err)
 	}
-	r := &Runtime{Host: &local.Host{StateDir: cfg.StateDir, Cgroups: cg, NoFreeze: cg.CanFreeze()}, cfg: cfg, opts: opts, log: cfg.Log,
+	r := &Runtime{Host: &local.Host{StateDir: cfg.StateDir, Cgroups: cg}, cfg: cfg, opts: opts, log: cfg.Log,
 		runsc: path, guest: filepath.Base(guest), base: base, watcher: w}
 	r.caps = r.capabilities()
 	r.log.Info("gvisor runtime ready", "runsc", path, "platform", opts.Platform, "cgroup_version", cg.Version(), "missing", r.caps.Missing)
@@ -235,11 +236,7 @@ func (r *Runtime) capabilities() runtime.Capabilities {
 		c.Limits.Disk, c.GrowDisk = false, false
 		c.Missing["disk_bytes"] = why
 	}
-	if why := r.Cgroups.CanFreeze(); why != "" {
-		c.Missing["pause"] = why
-	} else {
-		c.Pause = true
-	}
+	c.Pause = true // in gVisor's kernel (see pause.go)
 	c.MemoryCheckpoint = true
 	return c
 }
@@ -327,13 +324,21 @@ func (r *Runtime) flags(id string) []string {
 // run runs runsc with the sandbox's flags and args, and says what it said
 // when it fails.
 func (r *Runtime) run(ctx context.Context, id string, args ...string) error {
+	_, err := r.output(ctx, id, args...)
+	return err
+}
+
+// output runs runsc as run does and returns its standard output.
+func (r *Runtime) output(ctx context.Context, id string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, r.runsc, append(r.flags(id), args...)...)
 	cmd.Env = []string{}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, local.Truncate(string(bytes.TrimSpace(out)), 1024))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		said := bytes.TrimSpace(append(stderr.Bytes(), stdout.Bytes()...))
+		return nil, fmt.Errorf("runsc %s: %w: %s", args[0], err, local.Truncate(string(said), 1024))
 	}
-	return nil
+	return stdout.Bytes(), nil
 }
 
 // boot writes the bundle, mounts the root, makes the cgroup and starts the
@@ -701,11 +706,13 @@ func (r *Runtime) Stop(ctx context.Context, id string, state json.RawMessage) er
 func (r *Runtime) teardown(ctx context.Context, id string) error {
 	r.Forget(id)
 	r.fixed.Delete(id)
+	r.paused.Delete(id)
 	var errs []error
 	cg, err := r.Cgroups.Load(id)
 	if err == nil {
 		// runsc delete signals gVisor's processes and waits for them, which
-		// a frozen (paused) group never lets happen: thaw it first.
+		// a group frozen by an older berth's pause never lets happen: thaw
+		// it first (a pause in gVisor's kernel does not stop a delete).
 		if terr := cg.Thaw(); terr != nil {
 			errs = append(errs, fmt.Errorf("thaw cgroup: %w", terr))
 		}
