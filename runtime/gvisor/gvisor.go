@@ -156,6 +156,7 @@ func New(cfg runtime.Config, opts Options) (*Runtime, error) {
 	}
 	r := &Runtime{Host: &local.Host{StateDir: cfg.StateDir, Cgroups: cg}, cfg: cfg, opts: opts, log: cfg.Log,
 		runsc: path, guest: filepath.Base(guest), base: base, watcher: w}
+	r.Freezer = r.kernel // pause in gVisor's kernel (see pause.go)
 	r.caps = r.capabilities()
 	r.log.Info("gvisor runtime ready", "runsc", path, "platform", opts.Platform, "cgroup_version", cg.Version(), "missing", r.caps.Missing)
 	return r, nil

@@ -3,12 +3,10 @@ package gvisor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/berthsh/berth/runtime"
+	"github.com/berthsh/berth/cgroup"
 	"github.com/berthsh/berth/runtime/layer"
 )
 
@@ -27,42 +25,18 @@ import (
 // whose callers give no context.
 const stateTimeout = 30 * time.Second
 
-// Pause implements runtime.Pauser.
-func (r *Runtime) Pause(ctx context.Context, id string) error {
-	return r.kernel(id).Freeze(ctx)
-}
-
-// Resume implements runtime.Pauser. A sandbox paused by a berth from before
-// runsc pause is held by its cgroup's freezer instead: that is thawed too.
-func (r *Runtime) Resume(ctx context.Context, id string) error {
-	if cg, err := r.Cgroups.Load(id); err == nil {
-		if err := cg.Thaw(); err != nil {
-			return fmt.Errorf("sandbox %s: %w", id, err)
-		}
-	}
-	return r.kernel(id).resume(ctx)
-}
-
-// Capture implements runtime.Capturer (see layer.Capture) with the sandbox
-// paused in its kernel for the last copy pass.
-func (r *Runtime) Capture(ctx context.Context, id string, users runtime.IDMap, skip map[string][]byte, dst string) (runtime.Capture, error) {
-	var f layer.Freezer
-	if _, err := r.Cgroups.Load(id); err == nil {
-		f = r.kernel(id)
-	} else if !errors.Is(err, os.ErrNotExist) { // not stopped
-		return runtime.Capture{}, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	return layer.Capture(ctx, id, r.SandboxDir(id), users, skip, dst, f, "")
-}
-
 // kernelFreezer is a layer.Freezer of one sandbox that pauses its tasks in
-// gVisor's kernel.
+// gVisor's kernel; it is local.Host's Freezer here, so Pause, Resume and
+// Capture use it.
 type kernelFreezer struct {
 	r  *Runtime
 	id string
+	g  cgroup.Group // the sandbox's group, which an older berth's pause froze
 }
 
-func (r *Runtime) kernel(id string) kernelFreezer { return kernelFreezer{r: r, id: id} }
+func (r *Runtime) kernel(id string, g cgroup.Group) layer.Freezer {
+	return kernelFreezer{r: r, id: id, g: g}
+}
 
 // Frozen says whether the sandbox is paused: by runsc, or by its cgroup's
 // freezer (an older berth's pause).
@@ -73,10 +47,8 @@ func (k kernelFreezer) Frozen() (bool, error) {
 }
 
 func (k kernelFreezer) paused(ctx context.Context) (bool, error) {
-	if cg, err := k.r.Cgroups.Load(k.id); err == nil {
-		if frozen, err := cg.Frozen(); err != nil || frozen {
-			return frozen, err
-		}
+	if frozen, err := k.g.Frozen(); err != nil || frozen {
+		return frozen, err
 	}
 	return k.inKernel(ctx)
 }
@@ -113,15 +85,14 @@ func (k kernelFreezer) Freeze(ctx context.Context) error {
 	return k.turn(ctx, "pause", true)
 }
 
-// Thaw resumes the sandbox; a running one is left as it is.
+// Thaw resumes the sandbox, from runsc's pause and from an older berth's
+// cgroup freeze; a running one is left as it is.
 func (k kernelFreezer) Thaw() error {
+	if err := k.g.Thaw(); err != nil {
+		return fmt.Errorf("sandbox %s: %w", k.id, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), stateTimeout)
 	defer cancel()
-	return k.resume(ctx)
-}
-
-// resume resumes what runsc paused (not an older berth's cgroup freeze).
-func (k kernelFreezer) resume(ctx context.Context) error {
 	paused, err := k.inKernel(ctx)
 	if err != nil || !paused {
 		return err

@@ -35,6 +35,9 @@ type Host struct {
 	Cgroups  cgroup.Manager
 	// NoFreeze says why groups cannot be frozen here ("": they can).
 	NoFreeze string
+	// Freezer, when set, is what pauses sandbox id, whose group is g, for
+	// Pause, Resume and Capture, in place of g's own freezer.
+	Freezer func(id string, g cgroup.Group) layer.Freezer
 
 	groups sync.Map // sandbox id -> cgroup.Group of running sandboxes (a cache)
 	// retired keeps a stopped sandbox's last OOM count (int64) until it
@@ -128,8 +131,8 @@ func (h *Host) LimitHits(ctx context.Context, id string) (runtime.LimitHits, err
 	return runtime.LimitHits{Pids: hits.Pids, CPUThrottled: hits.CPUThrottled, DiskFull: layer.DiskFull(h.SandboxDir(id))}, nil
 }
 
-// Pause implements runtime.Pauser with the sandbox's cgroup freezer: every
-// process in it stops (for gvisor, its kernel too).
+// Pause implements runtime.Pauser with the sandbox's freezer (its cgroup's,
+// unless Freezer says otherwise): every process in it stops.
 func (h *Host) Pause(ctx context.Context, id string) error {
 	if h.NoFreeze != "" {
 		return errdefs.New(errdefs.NotImplemented, "pause: %s", h.NoFreeze)
@@ -138,7 +141,7 @@ func (h *Host) Pause(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return layer.Freeze(ctx, g, id)
+	return layer.Freeze(ctx, h.freezer(id, g), id)
 }
 
 // Resume implements runtime.Pauser.
@@ -147,7 +150,15 @@ func (h *Host) Resume(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return g.Thaw()
+	return h.freezer(id, g).Thaw()
+}
+
+// freezer is what pauses sandbox id, whose group is g.
+func (h *Host) freezer(id string, g cgroup.Group) layer.Freezer {
+	if h.Freezer != nil {
+		return h.Freezer(id, g)
+	}
+	return g
 }
 
 // Diff implements runtime.Differ: the layer's upper directory, read by
@@ -167,13 +178,13 @@ func (h *Host) WritableLayer(id string) (string, error) {
 }
 
 // Capture implements runtime.Capturer (see layer.Capture), freezing a
-// running sandbox with its cgroup.
+// running sandbox with its freezer.
 func (h *Host) Capture(ctx context.Context, id string, users runtime.IDMap, skip map[string][]byte, dst string) (runtime.Capture, error) {
 	var f layer.Freezer
 	g, err := h.Cgroups.Load(id)
 	switch {
 	case err == nil:
-		f = g
+		f = h.freezer(id, g)
 	case !errors.Is(err, os.ErrNotExist): // not stopped
 		return runtime.Capture{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
