@@ -19,14 +19,17 @@ import (
 // daemon (its warm pool refilling behind them), for churnWindow or
 // churnMax creates, whichever comes first. Then the leak check: every
 // sandbox the bursts and the loop made and deleted has left nothing on
-// the host (directory, cgroup, mount).
-func (s *suite) churn(ctx context.Context) error {
+// the host (directory, cgroup, mount). Then the same clients loop on each
+// crowd peer, a third of the window each: there a turn is one whole
+// environment (start, `echo hi`, exit), since bwrap has no exec into a
+// running one and an OCI runtime's run is its create, start and delete.
+func (s *suite) churn(ctx context.Context, subjects []subject) error {
 	d := s.warm
 	if err := d.settle(ctx); err != nil {
 		return err
 	}
 	n := s.cfg.churnClients
-	type lats struct{ create, exec, del []float64 }
+	type lats struct{ create, exec, del, turn []float64 }
 	per := make([]lats, n)
 	var made, failed atomic.Int64
 	var firstErr atomic.Pointer[string]
@@ -62,6 +65,10 @@ func (s *suite) churn(ctx context.Context) error {
 					continue
 				}
 				per[i].del = append(per[i].del, ms(time.Since(t)))
+				if len(per[i].exec) > 0 && len(per[i].exec) == len(per[i].del) {
+					last := func(v []float64) float64 { return v[len(v)-1] }
+					per[i].turn = append(per[i].turn, last(per[i].create)+last(per[i].exec)+last(per[i].del))
+				}
 				d.untrack(sb.ID)
 			}
 		})
@@ -73,6 +80,7 @@ func (s *suite) churn(ctx context.Context) error {
 		all.create = append(all.create, p.create...)
 		all.exec = append(all.exec, p.exec...)
 		all.del = append(all.del, p.del...)
+		all.turn = append(all.turn, p.turn...)
 	}
 	name := func(what string) string {
 		return fmt.Sprintf("%d clients in a create/exec/delete loop (%d loops in %.0f s), %s", n, len(all.del), elapsed.Seconds(), what)
@@ -96,7 +104,63 @@ func (s *suite) churn(ctx context.Context) error {
 		}
 		s.res.Metrics = append(s.res.Metrics, m)
 	}
-	return s.leakCheck(ctx, d)
+	if err := s.leakCheck(ctx, d); err != nil {
+		return err
+	}
+	turns := Metric{Group: "start", Name: turnName(n), Subject: "berth", Unit: "ms", Note: "create, exec of true, delete"}
+	s.res.Metrics = append(s.res.Metrics, crowdRow(turns, all.turn, len(all.turn), nil))
+	for _, sub := range crowdPeers(subjects) {
+		s.res.Metrics = append(s.res.Metrics, s.peerLoop(ctx, sub, n, s.cfg.churnWindow/3))
+	}
+	return nil
+}
+
+// turnName is the row name of a whole turn of the loop of n clients.
+func turnName(n int) string {
+	return fmt.Sprintf("%d clients in a loop, a whole turn", n)
+}
+
+// peerLoop runs sub's once from n clients at once, each in a loop, for
+// window or churnMax turns, and returns the turns' latencies as a row.
+func (s *suite) peerLoop(ctx context.Context, sub subject, n int, window time.Duration) Metric {
+	m := Metric{Group: "start", Name: turnName(n), Subject: sub.name, Unit: "ms", Note: "start, `echo hi`, exit"}
+	if sub.why != "" {
+		m.NotMeasured = sub.why
+		return m
+	}
+	lctx, cancel := context.WithTimeout(ctx, window)
+	defer cancel()
+	per := make([][]float64, n)
+	errs := make([]error, n) // each client's first failure
+	fails := make([]int, n)
+	var turns atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			for lctx.Err() == nil && turns.Add(1) <= int64(s.cfg.churnMax) {
+				t := time.Now()
+				undo, err := sub.once(ctx)
+				if undo != nil {
+					undo()
+				}
+				if err != nil {
+					if fails[i]++; errs[i] == nil {
+						errs[i] = err
+					}
+					continue
+				}
+				per[i] = append(per[i], ms(time.Since(t)))
+			}
+		})
+	}
+	wg.Wait()
+	var all []float64
+	failed := 0
+	for i, p := range per {
+		all = append(all, p...)
+		failed += fails[i]
+	}
+	return crowdRow(m, all, len(all)+failed, errs)
 }
 
 // leakCheck looks, for every sandbox the bench deleted on d, for what it

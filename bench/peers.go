@@ -301,13 +301,16 @@ func detached(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
+// floorName is the subject of no isolation at all: the machine's floor.
+const floorName = "no isolation (fork+exec from Go)"
+
 // bareSubject is the floor under every subject: fork and exec from Go, no
 // isolation at all. It is no sandbox; it says what the machine's process
 // creation costs in the same run.
 func bareSubject() subject {
 	return subject{
-		name:     "no isolation (fork+exec from Go)",
-		execName: "no isolation (fork+exec from Go)",
+		name:     floorName,
+		execName: floorName,
 		once: func(ctx context.Context) (func(), error) {
 			return nil, wantHi(command(ctx, "/usr/bin/echo", "hi"))
 		},
