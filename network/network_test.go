@@ -302,6 +302,46 @@ func dnsQuery(id uint16, name string) []byte {
 	return append(q, 0, 0, 1, 0, 1)
 }
 
+// TestSourcePortReusedAtOnce: a sandbox that opens a connection again from
+// the source port of one the daemon's side just closed (the server said
+// Connection: close) is answered at once, as Linux answers a SYN on a
+// TIME-WAIT socket. The stack's side used to sit in TIME-WAIT for 60 s,
+// and gVisor's netstack hands a SYN in TIME-WAIT only to a listener, not
+// to the forwarder: every SYN was dropped, and the connect hung.
+func TestSourcePortReusedAtOnce(t *testing.T) {
+	w := newWorld(t, api.Network{Mode: api.NetworkOpen})
+	testutil.RequireProgram(t, "python3")
+	const script = `
+import socket, sys, time
+for i in range(3):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("", 40000))
+    s.settimeout(5)
+    t0 = time.monotonic()
+    try:
+        s.connect(("203.0.113.10", 80))
+    except OSError as e:
+        sys.exit(f"connect {i} from port 40000: {e!r} after {time.monotonic() - t0:.1f} s")
+    s.sendall(b"GET /again HTTP/1.1\r\nHost: web.test\r\nConnection: close\r\n\r\n")
+    got = b""
+    while chunk := s.recv(4096):
+        got += chunk
+    s.close()
+    if not got.startswith(b"HTTP/1.1 200"):
+        sys.exit(f"answer {i}: {got[:80]!r}")
+    print(f"{time.monotonic() - t0:.3f}")
+    time.sleep(0.2)
+`
+	out, err := exec.Command("ip", "netns", "exec", w.ns, "python3", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("connections from one source port: %v\n%s", err, out)
+	}
+	if n := len(strings.Fields(string(out))); n != 3 {
+		t.Fatalf("want 3 answers, got %q", out)
+	}
+}
+
 func TestAllowlist(t *testing.T) {
 	w := newWorld(t, api.Network{Mode: api.NetworkAllowlist, Allow: []string{"web.test"}})
 	if out, code := w.curl(t, "http://web.test/"); code != 0 || out != "web web.test /\n" {

@@ -129,6 +129,17 @@ func New(fd int, mtu uint32, gateway netip.Addr, h Handlers) (*Stack, error) {
 		AddressWithPrefix: tcpip.AddrFrom4(gateway.As4()).WithPrefix()}, stack.AddressProperties{}); e != nil {
 		return fail("gateway address", e)
 	}
+	// No TIME-WAIT on the stack's side. It guards a new connection from a
+	// delayed copy of an old one's segments, which a TUN link to one
+	// sandbox does not deliver (it neither reorders nor duplicates), and it
+	// cost a sandbox that reuses a source port at once (as Linux lets a
+	// client do when the server closed first) every SYN for 60 s: gVisor
+	// hands a SYN that arrives in TIME-WAIT only to a listening endpoint,
+	// never to the forwarder, and drops it.
+	noTimeWait := tcpip.TCPTimeWaitTimeoutOption(0)
+	if e := s.SetTransportProtocolOption(tcp.ProtocolNumber, &noTimeWait); e != nil {
+		return fail("TIME-WAIT timeout", e)
+	}
 	all, _ := tcpip.NewSubnet(tcpip.AddrFrom4([4]byte{}), tcpip.MaskFromBytes([]byte{0, 0, 0, 0}))
 	s.SetRouteTable([]tcpip.Route{{Destination: all, NIC: nicID}})
 	tcpFwd := tcp.NewForwarder(s, 0, 1024, func(r *tcp.ForwarderRequest) {
