@@ -326,12 +326,16 @@ func prepare(b guestapi.Bootstrap, passed []int, log *slog.Logger) (net.Listener
 // what does not fit); the real-time ones (32 to 64) need not be: Go's
 // handler ignores one sent to it that nobody asked for, and each signal
 // asked for costs a round trip with the runtime's signal thread (60 of
-// them were 1 to 3 ms of every create). None is set to SIG_IGN: an ignored disposition is inherited by every
-// process the guest starts, and a workload must get SIGPIPE, SIGINT and
-// SIGTERM as usual. For the same reason a disposition ignored when the
-// guest started (make, for one, starts its children with the real-time
-// signals 32 and 33 ignored) is set back to the default: once nothing may
-// pass an ignored signal on. A synchronous signal the guest causes itself
+// them were 1 to 3 ms of every create). Go has no handler on 32 and 34;
+// those get one that does nothing (catchSignal), since gVisor, unlike
+// Linux, lets a default action sent from inside end a namespace's init.
+// None is set to SIG_IGN: an ignored disposition is inherited by every
+// process the guest starts (a handler is not), and a workload must get
+// SIGPIPE, SIGINT, SIGTERM and the real-time signals as usual. For the same
+// reason a disposition ignored when the guest started (make, for one,
+// starts its children with the real-time signals 32 and 33 ignored) is set
+// back to the default, or caught: once nothing may pass an ignored signal
+// on. A synchronous signal the guest causes itself
 // (a real SIGSEGV) still crashes it, as Go handles those apart from sent
 // ones; SIGKILL and SIGSTOP cannot reach a PID namespace's init from
 // inside, and the runtime's SIGKILL from outside still ends it.
@@ -354,7 +358,14 @@ func ignoreSignalsFromInside() error {
 		if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, s, 0, uintptr(unsafe.Pointer(&old)), 8, 0, 0); e != 0 {
 			continue // a number this kernel does not have
 		}
-		if old.handler == sigIgn {
+		switch {
+		case sig >= 32 && (old.handler == sigDfl || old.handler == sigIgn):
+			// 32 and 34, which Go does not handle, and any inherited
+			// ignored: a handler that does nothing (catchSignal).
+			if err := catchSignal(sig); err != nil {
+				return err
+			}
+		case old.handler == sigIgn:
 			dfl := sigaction{}
 			if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, s, uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0); e != 0 {
 				return fmt.Errorf("reset signal %d: %w", s, e)
@@ -372,7 +383,10 @@ type sigaction struct {
 	mask     uint64
 }
 
-const sigIgn = 1 // SIG_IGN
+const (
+	sigDfl = 0 // SIG_DFL
+	sigIgn = 1 // SIG_IGN
+)
 
 // hide covers directory dir with an empty read-only tmpfs. Unmounting what
 // is there would not do: a socket bound on it stops working (gVisor ends
