@@ -152,7 +152,7 @@ func TestReplaceBetween(t *testing.T) {
 }
 
 func TestConfigCheck(t *testing.T) {
-	good := config{berth: os.Args[0], rounds: 1, execRounds: 1, density: 1, window: time.Second, smallFiles: 1,
+	good := config{berth: os.Args[0], rounds: 1, execRounds: 1, idleRounds: 1, idle: time.Millisecond, density: 1, window: time.Second, smallFiles: 1,
 		netRounds: 1, netRequests: 1, netDensity: 1, portsRounds: 1, portsRequests: 1, portsIdle: 1, pullRounds: 1, imageBytes: 1 << 20,
 		snapRounds: 1, snapFiles: 10, snapBytes: 1 << 20, diffFiles: 1, e2bRounds: 1, churnClients: 1, churnWindow: time.Second, churnMax: 1,
 		gvisorRounds: 1, gvisorDensity: 1}
@@ -203,7 +203,7 @@ func TestInSandbox(t *testing.T) {
 func TestMeasureSmoke(t *testing.T) {
 	testutil.RequireRoot(t)
 	work := testutil.StateDir(t)
-	cfg := config{berth: testutil.Berth(t), runsc: testutil.Runsc(t), work: work, rounds: 2, execRounds: 3, density: 3, bursts: []int{3},
+	cfg := config{berth: testutil.Berth(t), runsc: testutil.Runsc(t), work: work, rounds: 2, execRounds: 3, idleRounds: 2, idle: 50 * time.Millisecond, density: 3, bursts: []int{3},
 		clients: []int{1, 4}, window: 200 * time.Millisecond, churnClients: 3, churnWindow: time.Second, churnMax: 12, smallFiles: 20, peers: true,
 		net: true, netRounds: 2, netRequests: 3, netDensity: 2, portsRounds: 2, portsRequests: 3, portsIdle: 5,
 		pullRounds: 2, imageBytes: 4 << 20, snapRounds: 2, snapFiles: 20, snapBytes: 2 << 20, diffFiles: 50,

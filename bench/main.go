@@ -40,6 +40,8 @@ func main() {
 	flag.StringVar(&cfg.work, "work", "/var/tmp/berth-bench", "scratch directory: daemon state, bundles, logs")
 	flag.IntVar(&cfg.rounds, "rounds", 60, "interleaved rounds of start samples")
 	flag.IntVar(&cfg.execRounds, "exec-rounds", 200, "interleaved rounds of exec samples")
+	flag.IntVar(&cfg.idleRounds, "idle-rounds", 15, "rounds of exec samples after an idle pause")
+	flag.DurationVar(&cfg.idle, "idle", time.Second, "the idle pause before each of those")
 	flag.IntVar(&cfg.density, "density", 200, "idle sandboxes for the density measurement")
 	flag.DurationVar(&cfg.window, "window", 3*time.Second, "how long each exec throughput level runs")
 	flag.IntVar(&cfg.churnClients, "churn-clients", 32, "clients of the create/exec/delete loop")
@@ -135,6 +137,8 @@ func (c config) check() error {
 	switch {
 	case c.rounds < 1 || c.execRounds < 1 || c.density < 1:
 		return errors.New("-rounds, -exec-rounds and -density must be at least 1")
+	case c.idleRounds < 1 || c.idleRounds > 1000 || c.idle <= 0 || c.idle > time.Minute:
+		return errors.New("-idle-rounds must be between 1 and 1000, -idle between 0 and 1m")
 	case c.netRounds < 1 || c.netRequests < 1 || c.netDensity < 1 || c.netRounds*c.netRequests > 100_000 || c.netDensity > 1000:
 		return errors.New("-net-rounds, -net-requests and -net-density must be at least 1 (at most 100000 requests, 1000 sandboxes)")
 	case c.portsRounds < 1 || c.portsRequests < 1 || c.portsIdle < 1 || c.portsRounds*c.portsRequests > 100_000 || c.portsIdle > 10_000:

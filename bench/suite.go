@@ -28,6 +28,8 @@ type config struct {
 	work          string        // scratch directory (state, bundles, logs)
 	rounds        int           // interleaved rounds of start samples
 	execRounds    int           // interleaved rounds of exec samples
+	idleRounds    int           // rounds of exec samples after an idle pause
+	idle          time.Duration // the pause before each of those
 	density       int           // idle sandboxes for the density measurement
 	bursts        []int         // sizes of concurrent-create bursts
 	clients       []int         // concurrent clients for exec throughput
@@ -272,6 +274,29 @@ func (s *suite) execs(ctx context.Context, subjects []subject) error {
 		"berth": {Stat: "p50", AtMost: true, Limit: 1},
 	})...)
 	s.res.Metrics = append(s.res.Metrics, ratioRow("exec", "exec round trip (`true`), over the no-isolation floor's in the same round", "berth", floorName, got, 1.5))
+	// An agent's exec comes after its model's think time, when nothing of
+	// berth's has run for a while. On some hosts (this bench's nested VM)
+	// that alone makes the first work of any process slower, and more so
+	// the more memory it touches: berth and the floor, each after a pause.
+	var idlers []subject
+	for _, sub := range live {
+		if sub.name == "berth" || sub.name == floorName {
+			idlers = append(idlers, sub)
+		}
+	}
+	pause := func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(s.cfg.idle):
+			return nil
+		}
+	}
+	idle := s.interleave(ctx, idlers, s.cfg.idleRounds, pause, func(ctx context.Context, sub subject) (func(), error) {
+		return nil, envs[sub.name].exec(ctx)
+	})
+	name := fmt.Sprintf("exec round trip (`true`) after %v with nothing running (an agent's think time)", s.cfg.idle)
+	s.res.Metrics = append(s.res.Metrics, rows("exec", name, idlers, idle, "berth", s.cfg.idleRounds, nil)...)
 	return nil
 }
 
